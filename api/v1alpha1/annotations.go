@@ -1,0 +1,79 @@
+package v1alpha1
+
+// Prefix of every label and annotation of the provider.
+const annotationPrefix = "ipam.vitistack.io/"
+
+// Annotations users may set on IPAddressClaims (and Services), with the same keys and
+// meanings as the vitistack IPAM-operator's Service annotations.
+const (
+	// AddressesAnnotation requests a specific address (bare IP or CIDR). On a Service it
+	// lists one address per family, comma-separated.
+	AddressesAnnotation = annotationPrefix + "addresses"
+	// SecretAnnotation names an Opaque Secret (key "secret") in the claim's namespace
+	// whose value owns the address; "default" means the provider's default secret.
+	SecretAnnotation = annotationPrefix + "secret"
+	// RetentionPeriodDaysAnnotation overrides the pool's retentionPeriodDays (0-30).
+	RetentionPeriodDaysAnnotation = annotationPrefix + "retention-period-days"
+	// DenyExternalCleanupAnnotation overrides the pool's denyExternalCleanup ("true"/"false").
+	DenyExternalCleanupAnnotation = annotationPrefix + "deny-external-cleanup"
+	// ServiceNameAnnotation overrides the service_name sent to the IPAM-API.
+	ServiceNameAnnotation = annotationPrefix + "service-name"
+	// NamespaceIDAnnotation overrides the namespace_id sent to the IPAM-API.
+	NamespaceIDAnnotation = annotationPrefix + "namespace-id"
+	// ClusterIDAnnotation overrides the cluster_id sent to the IPAM-API.
+	ClusterIDAnnotation = annotationPrefix + "cluster-id"
+	// ZoneAnnotation is the IPAM-API zone (on Services; recorded on IPAddresses as a label).
+	ZoneAnnotation = annotationPrefix + "zone"
+	// IPFamilyAnnotation is the family: ipv4, ipv6 or dual (on Services).
+	IPFamilyAnnotation = annotationPrefix + "ip-family"
+	// AllowLocalSharedIPAnnotation is the MetalLB sharing key (on Services).
+	AllowLocalSharedIPAnnotation = annotationPrefix + "allow-local-shared-ip"
+	// PoolAnnotation names the GlobalVitistackIPPool a Service's claims use.
+	PoolAnnotation = annotationPrefix + "pool"
+
+	// DefaultSecretName is the value of SecretAnnotation that means the default secret.
+	DefaultSecretName = "default"
+)
+
+// Labels the provider writes on IPAddresses. With the Registered* annotations they are
+// the registration record: zone and family are read back from these labels.
+const (
+	// ZoneLabel is the IPAM-API zone of the address.
+	ZoneLabel = annotationPrefix + "zone"
+	// IPFamilyLabel is the family of the address: ipv4 or ipv6.
+	IPFamilyLabel = annotationPrefix + "ip-family"
+	// PoolNameLabel is the name of the pool the address came from.
+	PoolNameLabel = annotationPrefix + "pool-name"
+	// PoolKindLabel is the kind of the pool the address came from.
+	PoolKindLabel = annotationPrefix + "pool-kind"
+)
+
+// Annotations the provider writes on IPAddresses. They record the registration in the
+// IPAM-API and are authoritative for every later call (re-register, rotate, release).
+const (
+	// RegisteredServiceNameAnnotation is the service_name the address is registered under.
+	RegisteredServiceNameAnnotation = annotationPrefix + "registered-service-name"
+	// RegisteredNamespaceIDAnnotation is the namespace_id the address is registered under.
+	RegisteredNamespaceIDAnnotation = annotationPrefix + "registered-namespace-id"
+	// RegisteredClusterIDAnnotation is the cluster_id the address is registered under.
+	RegisteredClusterIDAnnotation = annotationPrefix + "registered-cluster-id"
+	// RegisteredSecretRefAnnotation is the Secret (namespace/name/key) that owns the
+	// address. The value of the Secret is never written anywhere.
+	RegisteredSecretRefAnnotation = annotationPrefix + "registered-secret-ref"
+	// RegisteredAddressAnnotation is the address exactly as the IPAM-API stores it (CIDR).
+	RegisteredAddressAnnotation = annotationPrefix + "registered-address"
+	// RegisteredEndpointAnnotation is the IPAM-API base URL the address is registered at.
+	RegisteredEndpointAnnotation = annotationPrefix + "registered-endpoint"
+	// RegisteredCABundleRefAnnotation is the CA bundle ([Kind:]namespace/name/key) that
+	// signs the endpoint's certificate, if any.
+	RegisteredCABundleRefAnnotation = annotationPrefix + "registered-ca-bundle-ref"
+	// RegisteredRetentionPeriodDaysAnnotation is the retention sent with the registration
+	// and with its release.
+	RegisteredRetentionPeriodDaysAnnotation = annotationPrefix + "registered-retention-period-days"
+	// RegisteredDenyExternalCleanupAnnotation is the deny_external_cleanup sent with it.
+	RegisteredDenyExternalCleanupAnnotation = annotationPrefix + "registered-deny-external-cleanup"
+
+	// PendingRegistrationAnnotation on a claim holds, as JSON, the registration the
+	// provider is about to send or has sent without having created the IPAddress yet.
+	PendingRegistrationAnnotation = annotationPrefix + "pending-registration"
+)

@@ -1,0 +1,47 @@
+package v1alpha1
+
+// Conditions and reasons of the pool kinds.
+const (
+	// PoolReadyCondition is true when claims can be served from the pool: its secret
+	// resolves and the IPAM-API accepts its zone and family.
+	PoolReadyCondition = "Ready"
+
+	// PoolReadyReason: the IPAM-API accepts the pool's zone and family with its secret.
+	PoolReadyReason = "Ready"
+	// PoolReadySecretNotFoundReason: the pool's Secret (or the key in it) does not exist.
+	PoolReadySecretNotFoundReason = "SecretNotFound"
+	// PoolReadySecretInvalidReason: the Secret's value is not 8 to 64 characters long.
+	PoolReadySecretInvalidReason = "SecretInvalid"
+	// PoolReadyCABundleNotFoundReason: the pool's CA bundle could not be read or parsed.
+	PoolReadyCABundleNotFoundReason = "CABundleNotFound"
+	// PoolReadyZoneRejectedReason: the IPAM-API refused the zone or family (HTTP 400).
+	PoolReadyZoneRejectedReason = "ZoneRejected"
+	// PoolReadyIPAMAPIUnreachableReason: the IPAM-API could not be reached or answered
+	// with something other than its API (for example an HTML page).
+	PoolReadyIPAMAPIUnreachableReason = "IPAMAPIUnreachable"
+	// PoolReadyDeletingReason: the pool is being deleted.
+	PoolReadyDeletingReason = "Deleting"
+)
+
+// Reasons used on IPAddressClaims beside the CAPI ones (AllocationFailed, PoolNotReady,
+// PoolExhausted), for the Ready condition.
+const (
+	// ClaimReadyAllocatedReason: the claim has an address.
+	ClaimReadyAllocatedReason = "Allocated"
+	// ClaimReadyPoolNotFoundReason: the claim's pool does not exist.
+	ClaimReadyPoolNotFoundReason = "PoolNotFound"
+	// ClaimReadySecretNotFoundReason: the Secret that owns the address does not exist.
+	ClaimReadySecretNotFoundReason = "SecretNotFound"
+	// ClaimReadyInvalidAnnotationReason: an ipam.vitistack.io annotation on the claim
+	// has a value that cannot be used.
+	ClaimReadyInvalidAnnotationReason = "InvalidAnnotation"
+	// ClaimReadyAddressTakenReason: the requested address is held under another secret.
+	ClaimReadyAddressTakenReason = "AddressTaken"
+	// ClaimReadyIPAMAPIUnreachableReason: the IPAM-API could not be reached; the claim
+	// is retried with back-off.
+	ClaimReadyIPAMAPIUnreachableReason = "IPAMAPIUnreachable"
+	// ClaimReadyReleasingReason: the claim is being deleted and its address released.
+	ClaimReadyReleasingReason = "Releasing"
+	// ClaimReadyReleaseFailedReason: releasing the address failed; retried with back-off.
+	ClaimReadyReleaseFailedReason = "ReleaseFailed"
+)

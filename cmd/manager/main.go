@@ -1,0 +1,117 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/pflag"
+	"k8s.io/component-base/logs"
+	logsv1 "k8s.io/component-base/logs/api/v1"
+	_ "k8s.io/component-base/logs/json/register" // --logging-format=json
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/cluster-api/util/flags"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/manager"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "error:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	fs := pflag.NewFlagSet("manager", pflag.ContinueOnError)
+	var (
+		opts            manager.Options
+		managerOptions  flags.ManagerOptions
+		logOptions      = logs.NewOptions()
+		leaderElect     bool
+		leaseDuration   time.Duration
+		renewDeadline   time.Duration
+		retryPeriod     time.Duration
+		healthAddr      string
+		watchNamespace  string
+		webhookPort     int
+		webhookHost     string
+		webhookCertDir  string
+		showVersionOnly bool
+	)
+	opts.AddFlags(fs)
+	flags.AddManagerOptions(fs, &managerOptions)
+	logsv1.AddFlags(logOptions, fs)
+	fs.BoolVar(&leaderElect, "leader-elect", false, "Elect a leader so that only one replica reconciles at a time.")
+	fs.DurationVar(&leaseDuration, "leader-elect-lease-duration", 15*time.Second, "Leader election lease duration.")
+	fs.DurationVar(&renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "Leader election renew deadline.")
+	fs.DurationVar(&retryPeriod, "leader-elect-retry-period", 2*time.Second, "Leader election retry period.")
+	fs.StringVar(&healthAddr, "health-addr", ":9440", "Address of the /healthz and /readyz endpoints.")
+	fs.StringVar(&watchNamespace, "namespace", "", "Only watch this namespace (default: all namespaces).")
+	fs.IntVar(&webhookPort, "webhook-port", webhook.DefaultPort, "Port of the webhook server.")
+	fs.StringVar(&webhookHost, "webhook-host", "", "Address the webhook server binds to (default: all).")
+	fs.StringVar(&webhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs", "Directory with tls.crt and tls.key for the webhook server.")
+	fs.BoolVar(&showVersionOnly, "version", false, "Print the version and exit.")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if showVersionOnly {
+		fmt.Println(version)
+		return nil
+	}
+	if err := logsv1.ValidateAndApply(logOptions, nil); err != nil {
+		return err
+	}
+	ctrl.SetLogger(klog.Background())
+	setupLog := ctrl.Log.WithName("setup")
+
+	tlsOpts, metricsOpts, err := flags.GetManagerOptions(managerOptions)
+	if err != nil {
+		return err
+	}
+	mgrOpts := ctrl.Options{
+		Scheme:                        manager.NewScheme(),
+		Metrics:                       *metricsOpts,
+		HealthProbeBindAddress:        healthAddr,
+		LeaderElection:                leaderElect,
+		LeaderElectionID:              "controller-leader-election-capi-ipam-vitistack",
+		LeaseDuration:                 &leaseDuration,
+		RenewDeadline:                 &renewDeadline,
+		RetryPeriod:                   &retryPeriod,
+		LeaderElectionReleaseOnCancel: true,
+		WebhookServer: webhook.NewServer(webhook.Options{
+			Host: webhookHost, Port: webhookPort, CertDir: webhookCertDir, TLSOpts: tlsOpts,
+		}),
+	}
+	if watchNamespace != "" {
+		mgrOpts.Cache = cache.Options{DefaultNamespaces: map[string]cache.Config{watchNamespace: {}}}
+	}
+	ctx := ctrl.SetupSignalHandler()
+	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), mgrOpts)
+	if err != nil {
+		return err
+	}
+	if err := manager.Setup(ctx, mgr, opts); err != nil {
+		return err
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return err
+	}
+	readyz := healthz.Ping
+	if opts.EnableWebhooks {
+		readyz = mgr.GetWebhookServer().StartedChecker()
+	}
+	if err := mgr.AddReadyzCheck("readyz", readyz); err != nil {
+		return err
+	}
+	setupLog.Info("Starting manager", "version", version, "ipamAPIURL", opts.IPAMAPIURL,
+		"maxConcurrentReconciles", opts.MaxConcurrentReconciles)
+	return mgr.Start(ctx)
+}

@@ -1,0 +1,165 @@
+package controllers
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/pkg/errors"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
+	"sigs.k8s.io/cluster-api/util/annotations"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"sigs.k8s.io/cluster-api-ipam-provider-in-cluster/pkg/ipamutil"
+	ipampredicates "sigs.k8s.io/cluster-api-ipam-provider-in-cluster/pkg/predicates"
+
+	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
+)
+
+// +kubebuilder:rbac:groups=ipam.vitistack.io,resources=vitistackippools;globalvitistackippools,verbs=get;list;watch
+// +kubebuilder:rbac:groups=ipam.cluster.x-k8s.io,resources=ipaddressclaims,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=ipam.cluster.x-k8s.io,resources=ipaddressclaims/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=ipam.cluster.x-k8s.io,resources=ipaddresses,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=clusters,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=secrets;configmaps,verbs=get
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=create
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// ProviderAdapter plugs the Vitistack pools into ipamutil.ClaimReconciler.
+type ProviderAdapter struct {
+	// Client is the manager's (cached) client.
+	Client client.Client
+	// Recorder emits events on claims.
+	Recorder record.EventRecorder
+	// Secrets reads secrets and CA bundles and creates the default secret.
+	Secrets *Secrets
+	// Clients gives the IPAM-API client of an endpoint.
+	Clients ClientFactory
+	// Config is the manager's configuration.
+	Config Config
+	// Reader reads uncached (the kube-system Namespace).
+	Reader client.Reader
+
+	clusterIDOnce sync.Mutex
+	kubeSystemUID string
+}
+
+var _ ipamutil.ProviderAdapter = &ProviderAdapter{}
+
+var poolKinds = []string{ipamv1alpha1.VitistackIPPoolKind, ipamv1alpha1.GlobalVitistackIPPoolKind}
+
+// SetupWithManager implements ipamutil.ProviderAdapter: it adds this provider's
+// claims, their IPAddresses and the pools to ipamutil's controller.
+func (a *ProviderAdapter) SetupWithManager(_ context.Context, b *ctrl.Builder) error {
+	var claimKinds, addressKinds []predicate.Predicate
+	for _, kind := range poolKinds {
+		gk := metav1.GroupKind{Group: ipamv1alpha1.GroupVersion.Group, Kind: kind}
+		claimKinds = append(claimKinds, ipampredicates.ClaimReferencesPoolKind(gk))
+		addressKinds = append(addressKinds, ipampredicates.AddressReferencesPoolKind(gk))
+	}
+	workers := a.Config.MaxConcurrentReconciles
+	if workers < 1 {
+		workers = 1
+	}
+	b.For(&ipamv1.IPAddressClaim{}, builder.WithPredicates(predicate.Or(claimKinds...))).
+		WithOptions(controller.Options{
+			// Different claims are different identities, which the IPAM-API allocates
+			// safely in parallel; controller-runtime never reconciles one claim twice at once.
+			MaxConcurrentReconciles: workers,
+			// Back off up to 5 minutes, so waiting claims never hammer the IPAM-API.
+			RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](250*time.Millisecond, 5*time.Minute),
+		}).
+		Owns(&ipamv1.IPAddress{}, builder.WithPredicates(predicate.Or(addressKinds...))).
+		Watches(&ipamv1alpha1.VitistackIPPool{}, handler.EnqueueRequestsFromMapFunc(a.waitingClaims(ipamv1alpha1.VitistackIPPoolKind)),
+			builder.WithPredicates(poolBecameUsable())).
+		Watches(&ipamv1alpha1.GlobalVitistackIPPool{}, handler.EnqueueRequestsFromMapFunc(a.waitingClaims(ipamv1alpha1.GlobalVitistackIPPoolKind)),
+			builder.WithPredicates(poolBecameUsable()))
+	return nil
+}
+
+// ClaimHandlerFor implements ipamutil.ProviderAdapter.
+func (a *ProviderAdapter) ClaimHandlerFor(_ client.Client, claim *ipamv1.IPAddressClaim) ipamutil.ClaimHandler {
+	return &ClaimHandler{ProviderAdapter: a, claim: claim}
+}
+
+// waitingClaims maps a pool to its claims that have no address yet.
+func (a *ProviderAdapter) waitingClaims(kind string) handler.MapFunc {
+	return func(ctx context.Context, pool client.Object) []reconcile.Request {
+		claims := &ipamv1.IPAddressClaimList{}
+		opts := []client.ListOption{client.MatchingFields{ClaimPoolRefIndex: PoolRefValue(kind, pool.GetName())}}
+		if pool.GetNamespace() != "" {
+			opts = append(opts, client.InNamespace(pool.GetNamespace()))
+		}
+		if err := a.Client.List(ctx, claims, opts...); err != nil {
+			ctrl.LoggerFrom(ctx).Error(err, "Listing the claims of a pool failed")
+			return nil
+		}
+		var reqs []reconcile.Request
+		for _, c := range claims.Items {
+			if c.Status.AddressRef.Name == "" || !c.DeletionTimestamp.IsZero() {
+				reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&c)})
+			}
+		}
+		return reqs
+	}
+}
+
+// poolBecameUsable passes pool events after which waiting claims may succeed: a new
+// pool, a changed spec, an unpause, or a Ready condition that turned True. Status-only
+// changes such as the count of addresses in use do not pass, so a burst of allocations
+// does not re-queue every waiting claim again and again.
+func poolBecameUsable() predicate.Predicate {
+	return predicate.Funcs{
+		CreateFunc: func(event.CreateEvent) bool { return true },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			if e.ObjectOld.GetGeneration() != e.ObjectNew.GetGeneration() {
+				return true
+			}
+			if annotations.HasPaused(e.ObjectOld) && !annotations.HasPaused(e.ObjectNew) {
+				return true
+			}
+			was, is := poolReady(e.ObjectOld), poolReady(e.ObjectNew)
+			return !was && is
+		},
+		DeleteFunc:  func(event.DeleteEvent) bool { return false },
+		GenericFunc: func(event.GenericEvent) bool { return true },
+	}
+}
+
+func poolReady(o client.Object) bool {
+	p, ok := o.(ipamv1alpha1.Pool)
+	return ok && meta.IsStatusConditionTrue(p.PoolStatus().Conditions, ipamv1alpha1.PoolReadyCondition)
+}
+
+// clusterID is the cluster_id when neither claim nor pool nor flag gives one: the UID
+// of the kube-system Namespace, as the IPAM-operator used.
+func (a *ProviderAdapter) clusterID(ctx context.Context) (string, error) {
+	if a.Config.ClusterID != "" {
+		return a.Config.ClusterID, nil
+	}
+	a.clusterIDOnce.Lock()
+	defer a.clusterIDOnce.Unlock()
+	if a.kubeSystemUID == "" {
+		ns := &corev1.Namespace{}
+		if err := a.Reader.Get(ctx, types.NamespacedName{Name: metav1.NamespaceSystem}, ns); err != nil {
+			return "", errors.Wrap(err, "reading the kube-system Namespace for the cluster_id")
+		}
+		a.kubeSystemUID = string(ns.UID)
+	}
+	return a.kubeSystemUID, nil
+}

@@ -1,0 +1,473 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+
+	"github.com/pkg/errors"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
+	clusterctlv1 "sigs.k8s.io/cluster-api/cmd/clusterctl/api/v1alpha3"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi"
+)
+
+// ClaimHandler allocates and releases the address of one IPAddressClaim through the
+// IPAM-API. It implements ipamutil.ClaimHandler; ipamutil calls FetchPool first, then
+// EnsureAddress on every reconcile of a live claim (inside CreateOrPatch of its
+// IPAddress) or ReleaseAddress on a deleted one, and patches the claim afterwards.
+type ClaimHandler struct {
+	*ProviderAdapter
+	claim *ipamv1.IPAddressClaim
+	pool  ipamv1alpha1.Pool
+}
+
+// FetchPool implements ipamutil.ClaimHandler.
+func (h *ClaimHandler) FetchPool(ctx context.Context) (client.Object, *ctrl.Result, error) {
+	ref := h.claim.Spec.PoolRef
+	var pool ipamv1alpha1.Pool
+	key := types.NamespacedName{Name: ref.Name}
+	switch ref.Kind {
+	case ipamv1alpha1.VitistackIPPoolKind:
+		pool, key.Namespace = &ipamv1alpha1.VitistackIPPool{}, h.claim.Namespace
+	case ipamv1alpha1.GlobalVitistackIPPoolKind:
+		pool = &ipamv1alpha1.GlobalVitistackIPPool{}
+	default:
+		return nil, nil, reconcile.TerminalError(errors.Errorf("pool kind %q is not served by this provider", ref.Kind))
+	}
+	if err := h.Client.Get(ctx, key, pool); err != nil {
+		if apierrors.IsNotFound(err) && h.claim.DeletionTimestamp.IsZero() {
+			h.setReady(metav1.ConditionFalse, ipamv1.IPAddressClaimReadyPoolNotReadyReason,
+				fmt.Sprintf("%s %q not found: create it, or point spec.poolRef at an existing pool", ref.Kind, ref.Name))
+		}
+		return nil, nil, err
+	}
+	pool.GetObjectKind().SetGroupVersionKind(ipamv1alpha1.GroupVersion.WithKind(ref.Kind))
+	h.pool = pool
+	return pool, nil, nil
+}
+
+// EnsureAddress implements ipamutil.ClaimHandler.
+func (h *ClaimHandler) EnsureAddress(ctx context.Context, address *ipamv1.IPAddress) (*ctrl.Result, error) {
+	if address.Spec.Address != "" {
+		// Bound: the IPAddress exists and its spec is immutable. The IPAM-API is not
+		// asked again; the recorded registration stays authoritative.
+		delete(h.claim.Annotations, ipamv1alpha1.PendingRegistrationAnnotation)
+		h.setReady(metav1.ConditionTrue, ipamv1alpha1.ClaimReadyAllocatedReason,
+			fmt.Sprintf("Allocated %s", address.Spec.Address))
+		return nil, nil
+	}
+
+	reg, err := pendingFrom(h.claim.Annotations)
+	if err != nil {
+		return nil, h.fail(ctx, ipamv1.IPAddressClaimReadyAllocationFailedReason, err.Error(), "", err)
+	}
+	if reg == nil {
+		if reg, err = h.desiredRegistration(ctx); err != nil {
+			return nil, h.failWith(err)
+		}
+		if err := h.checkIdentityFree(ctx, reg); err != nil {
+			return nil, err
+		}
+		// Record what is about to be registered before sending it, so that a restart at
+		// any point afterwards finds it, sends the same registration again (the IPAM-API
+		// answers it with the same address) or releases it when the claim is deleted.
+		if err := h.recordPending(ctx, reg); err != nil {
+			return nil, err
+		}
+	}
+
+	api, secret, err := h.connect(ctx, reg, true)
+	if err != nil {
+		return nil, err
+	}
+	res, err := api.Register(ctx, reg.request(secret))
+	if err != nil {
+		return nil, h.registerFailed(ctx, reg, err)
+	}
+
+	host, err := ipamapi.ParseHost(res.Address)
+	if err != nil || ipamapi.FamilyOf(host) != reg.Family {
+		err := errors.Errorf("the IPAM-API answered with %q, which is not an %s address", res.Address, reg.Family)
+		return nil, h.fail(ctx, ipamv1.IPAddressClaimReadyAllocationFailedReason, err.Error(), "", err)
+	}
+	recorded := *reg
+	recorded.Address, _ = ipamapi.CanonicalCIDR(res.Address)
+	h.fillAddress(address, &recorded, host)
+
+	ctrl.LoggerFrom(ctx).V(2).Info("Registered address in the IPAM-API", "address", address.Spec.Address,
+		"zone", reg.Zone, "updated", res.Updated())
+	h.Recorder.Eventf(h.claim, corev1.EventTypeNormal, ipamv1alpha1.ClaimReadyAllocatedReason,
+		"Allocated %s from zone %s (%s)", address.Spec.Address, reg.Zone, reg.Family)
+	h.setReady(metav1.ConditionTrue, ipamv1alpha1.ClaimReadyAllocatedReason, fmt.Sprintf("Allocated %s", address.Spec.Address))
+	return nil, nil
+}
+
+// ReleaseAddress implements ipamutil.ClaimHandler. It releases what is recorded: on
+// the IPAddress, or in the claim's pending record when the IPAddress was never made.
+func (h *ClaimHandler) ReleaseAddress(ctx context.Context) (*ctrl.Result, error) {
+	if h.claim.DeletionTimestamp.IsZero() {
+		return nil, nil
+	}
+	log := ctrl.LoggerFrom(ctx)
+	if _, moving := h.claim.Annotations[clusterctlv1.DeleteForMoveAnnotation]; moving {
+		log.V(2).Info("Claim deleted by clusterctl move, keeping its address registered")
+		return nil, nil
+	}
+
+	reg, fromPending, err := h.recordedRegistration(ctx)
+	if err != nil {
+		return nil, h.releaseFailed(err)
+	}
+	if reg == nil {
+		return nil, nil
+	}
+	api, secret, err := h.connect(ctx, reg, false)
+	if err != nil {
+		return nil, h.releaseFailed(err)
+	}
+
+	if fromPending && reg.Address == "" {
+		// A registration was sent but its answer never made it into an IPAddress. Send it
+		// again to learn the address (the IPAM-API returns the held one), then release it;
+		// the user never saw this address, so it is released without retention.
+		res, err := api.Register(ctx, reg.request(secret))
+		if err != nil {
+			return nil, h.releaseFailed(err)
+		}
+		reg.Address, reg.RetentionPeriodDays = res.Address, 0
+	}
+
+	if _, err := api.Release(ctx, reg.request(secret)); err != nil && !ipamapi.IsNotHeld(err) {
+		return nil, h.releaseFailed(err)
+	}
+	delete(h.claim.Annotations, ipamv1alpha1.PendingRegistrationAnnotation)
+	log.V(2).Info("Released address in the IPAM-API", "address", reg.Address, "retentionPeriodDays", reg.RetentionPeriodDays)
+	h.Recorder.Eventf(h.claim, corev1.EventTypeNormal, "Released", "Released %s in zone %s (retention %d days)",
+		reg.Address, reg.Zone, reg.RetentionPeriodDays)
+	return nil, nil
+}
+
+// recordedRegistration finds what was registered for the claim: the IPAddress's
+// record, else the claim's pending record, else nothing.
+func (h *ClaimHandler) recordedRegistration(ctx context.Context) (*registration, bool, error) {
+	addr := &ipamv1.IPAddress{}
+	err := h.Client.Get(ctx, client.ObjectKeyFromObject(h.claim), addr)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return nil, false, errors.Wrap(err, "reading the claim's IPAddress")
+	}
+	if err == nil && metav1.IsControlledBy(addr, h.claim) {
+		reg, err := recordedOn(addr.Labels, addr.Annotations)
+		if err != nil || reg != nil {
+			return reg, false, err
+		}
+	}
+	reg, err := pendingFrom(h.claim.Annotations)
+	return reg, reg != nil, err
+}
+
+// desiredRegistration computes the registration for an unbound claim from its
+// annotations, its pool and the manager's configuration.
+func (h *ClaimHandler) desiredRegistration(ctx context.Context) (*registration, error) {
+	spec := h.pool.PoolSpec()
+	ann := h.claim.Annotations
+	reg := &registration{
+		Endpoint:            h.Config.DefaultEndpoint,
+		Zone:                spec.Zone,
+		Family:              apiFamily(spec.IPFamily),
+		DenyExternalCleanup: spec.DenyExternalCleanup,
+		RetentionPeriodDays: int(ptr.Deref(spec.RetentionPeriodDays, 0)),
+	}
+	if spec.Endpoint != "" {
+		reg.Endpoint = spec.Endpoint
+	}
+	if reg.Endpoint == "" {
+		return nil, &claimError{reason: ipamv1.IPAddressClaimReadyPoolNotReadyReason, terminal: true,
+			msg: "no IPAM-API endpoint: set spec.endpoint on the pool or --ipam-api-url on the manager"}
+	}
+	if spec.CABundleRef != nil {
+		reg.CABundle = objectRef{Kind: spec.CABundleRef.Kind, Namespace: spec.CABundleRef.Namespace,
+			Name: spec.CABundleRef.Name, Key: spec.CABundleRef.Key}
+		if h.pool.GetNamespace() != "" {
+			reg.CABundle.Namespace = h.pool.GetNamespace()
+		}
+	}
+
+	invalid := func(key, format string, args ...any) error {
+		return &claimError{reason: ipamv1.IPAddressClaimReadyAllocationFailedReason, event: ipamv1alpha1.ClaimReadyInvalidAnnotationReason,
+			terminal: true, msg: fmt.Sprintf("annotation %s: ", key) + fmt.Sprintf(format, args...)}
+	}
+
+	// The address the user asked for, if any: the entry of the pool's family.
+	if v := strings.TrimSpace(ann[ipamv1alpha1.AddressesAnnotation]); v != "" {
+		for _, s := range strings.Split(v, ",") {
+			a, err := ipamapi.ParseHost(s)
+			if err != nil {
+				return nil, invalid(ipamv1alpha1.AddressesAnnotation, "%v; give bare addresses or host CIDRs, comma-separated", err)
+			}
+			if ipamapi.FamilyOf(a) == reg.Family {
+				if reg.Address != "" {
+					return nil, invalid(ipamv1alpha1.AddressesAnnotation, "more than one %s address in %q; give one per family", reg.Family, v)
+				}
+				reg.Address = netip.PrefixFrom(a, a.BitLen()).String()
+			}
+		}
+		if reg.Address == "" {
+			return nil, invalid(ipamv1alpha1.AddressesAnnotation, "%q has no %s address for pool %s", v, reg.Family, h.pool.GetName())
+		}
+	}
+	if v, ok := ann[ipamv1alpha1.RetentionPeriodDaysAnnotation]; ok {
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil || n < 0 || n > 30 {
+			return nil, invalid(ipamv1alpha1.RetentionPeriodDaysAnnotation, "%q is not a whole number of days from 0 to 30", v)
+		}
+		reg.RetentionPeriodDays = n
+	}
+	if v, ok := ann[ipamv1alpha1.DenyExternalCleanupAnnotation]; ok {
+		b, err := strconv.ParseBool(strings.TrimSpace(v))
+		if err != nil {
+			return nil, invalid(ipamv1alpha1.DenyExternalCleanupAnnotation, "%q is not \"true\" or \"false\"", v)
+		}
+		reg.DenyExternalCleanup = b
+	}
+
+	// The secret: the claim's annotation, else the pool's secretRef, else the default.
+	reg.Secret = objectRef{Namespace: h.Config.DefaultSecret.Namespace, Name: h.Config.DefaultSecret.Name, Key: DefaultSecretKey}
+	if v := strings.TrimSpace(ann[ipamv1alpha1.SecretAnnotation]); v != "" && v != ipamv1alpha1.DefaultSecretName {
+		reg.Secret = objectRef{Namespace: h.claim.Namespace, Name: v, Key: DefaultSecretKey}
+	} else if v == "" && spec.SecretRef != nil {
+		reg.Secret = objectRef{Namespace: spec.SecretRef.Namespace, Name: spec.SecretRef.Name, Key: spec.SecretRef.Key}
+		if h.pool.GetNamespace() != "" {
+			reg.Secret.Namespace = h.pool.GetNamespace()
+		}
+		if reg.Secret.Key == "" {
+			reg.Secret.Key = DefaultSecretKey
+		}
+	}
+
+	// The identity.
+	reg.Identity.ServiceName = h.claim.Name
+	if v := strings.TrimSpace(ann[ipamv1alpha1.ServiceNameAnnotation]); v != "" {
+		reg.Identity.ServiceName = v
+	}
+	if v := strings.TrimSpace(ann[ipamv1alpha1.NamespaceIDAnnotation]); v != "" {
+		reg.Identity.NamespaceID = v
+	} else {
+		ns := &corev1.Namespace{}
+		if err := h.Client.Get(ctx, types.NamespacedName{Name: h.claim.Namespace}, ns); err != nil {
+			return nil, errors.Wrapf(err, "reading Namespace %s for the claim's namespace_id", h.claim.Namespace)
+		}
+		reg.Identity.NamespaceID = string(ns.UID)
+	}
+	switch v := strings.TrimSpace(ann[ipamv1alpha1.ClusterIDAnnotation]); {
+	case v != "":
+		reg.Identity.ClusterID = v
+	case spec.ClusterID != "":
+		reg.Identity.ClusterID = spec.ClusterID
+	default:
+		id, err := h.clusterID(ctx)
+		if err != nil {
+			return nil, err
+		}
+		reg.Identity.ClusterID = id
+	}
+	return reg, nil
+}
+
+// checkIdentityFree refuses an identity that another claim already holds: the IPAM-API
+// would answer both with the same address.
+func (h *ClaimHandler) checkIdentityFree(ctx context.Context, reg *registration) error {
+	key := reg.key()
+	addrs := &ipamv1.IPAddressList{}
+	if err := h.Client.List(ctx, addrs, client.MatchingFields{AddressRegistrationIndex: key}); err != nil {
+		return errors.Wrap(err, "listing IPAddresses by registration")
+	}
+	claims := &ipamv1.IPAddressClaimList{}
+	if err := h.Client.List(ctx, claims, client.MatchingFields{ClaimPendingIndex: key}); err != nil {
+		return errors.Wrap(err, "listing IPAddressClaims by pending registration")
+	}
+	other := ""
+	for _, a := range addrs.Items {
+		if a.Namespace != h.claim.Namespace || a.Name != h.claim.Name {
+			other = "IPAddress " + a.Namespace + "/" + a.Name
+		}
+	}
+	for _, c := range claims.Items {
+		if c.UID != h.claim.UID {
+			other = "IPAddressClaim " + c.Namespace + "/" + c.Name
+		}
+	}
+	if other == "" {
+		return nil
+	}
+	msg := fmt.Sprintf("the IPAM-API identity (service_name %q, namespace_id %q, cluster_id %q) is already used by %s; "+
+		"give this claim a unique %s annotation", reg.Identity.ServiceName, reg.Identity.NamespaceID, reg.Identity.ClusterID,
+		other, ipamv1alpha1.ServiceNameAnnotation)
+	return h.failWith(&claimError{reason: ipamv1.IPAddressClaimReadyAllocationFailedReason, event: "IdentityInUse", msg: msg, terminal: true})
+}
+
+func (h *ClaimHandler) recordPending(ctx context.Context, reg *registration) error {
+	patch := client.MergeFrom(h.claim.DeepCopy())
+	if h.claim.Annotations == nil {
+		h.claim.Annotations = map[string]string{}
+	}
+	h.claim.Annotations[ipamv1alpha1.PendingRegistrationAnnotation] = reg.pendingJSON()
+	return errors.Wrap(h.Client.Patch(ctx, h.claim, patch), "recording the pending registration on the claim")
+}
+
+// connect resolves the client and the secret for a registration. Failures become the
+// claim's condition.
+func (h *ClaimHandler) connect(ctx context.Context, reg *registration, creating bool) (ipamapi.Client, ipamapi.Secret, error) {
+	ca, err := h.Secrets.CABundle(ctx, reg.CABundle)
+	if err != nil {
+		return nil, "", h.fail(ctx, ipamv1.IPAddressClaimReadyPoolNotReadyReason, err.Error()+"; fix the pool's caBundleRef", "", err)
+	}
+	api, err := h.Clients.For(reg.Endpoint, ca)
+	if err != nil {
+		return nil, "", h.fail(ctx, ipamv1.IPAddressClaimReadyPoolNotReadyReason, err.Error(), "", reconcile.TerminalError(err))
+	}
+	secret, err := h.Secrets.Value(ctx, reg.Secret, creating)
+	if err != nil {
+		var nf *errSecretNotFound
+		var inv *errSecretInvalid
+		switch {
+		case errors.As(err, &nf):
+			err = errors.Errorf("%s: create it (type Opaque, key %q), or change the %s annotation or the pool's secretRef",
+				nf.Error(), nf.ref.Key, ipamv1alpha1.SecretAnnotation)
+		case errors.As(err, &inv):
+			err = errors.New(inv.Error())
+		}
+		if creating {
+			return nil, "", h.fail(ctx, ipamv1.IPAddressClaimReadyAllocationFailedReason, err.Error(), ipamv1alpha1.ClaimReadySecretNotFoundReason, err)
+		}
+		return nil, "", err
+	}
+	return api, secret, nil
+}
+
+// registerFailed turns a failed registration into the claim's condition and an event,
+// and decides how it is retried.
+func (h *ClaimHandler) registerFailed(ctx context.Context, reg *registration, err error) error {
+	reason := ipamv1.IPAddressClaimReadyAllocationFailedReason
+	event := ""
+	msg := err.Error()
+	switch ipamapi.ClassOf(err) {
+	case ipamapi.ClassExhausted:
+		reason = ipamv1.IPAddressClaimReadyPoolExhaustedReason
+		msg = fmt.Sprintf("zone %s has no free %s address left: %s; the claim is retried with back-off", reg.Zone, reg.Family, msg)
+	case ipamapi.ClassValidation:
+		reason = ipamv1.IPAddressClaimReadyPoolNotReadyReason
+		msg = fmt.Sprintf("the IPAM-API refused the request for zone %s, family %s: %s; fix the pool or the claim's annotations", reg.Zone, reg.Family, msg)
+	case ipamapi.ClassUnexpectedResponse:
+		reason = ipamv1.IPAddressClaimReadyPoolNotReadyReason
+		msg = fmt.Sprintf("%s is not answering as the IPAM-API: %s", reg.Endpoint, msg)
+	case ipamapi.ClassWrongSecret:
+		event = ipamv1alpha1.ClaimReadyAddressTakenReason
+		msg = fmt.Sprintf("address %s is held under another secret in zone %s: request another address, or use the secret that owns it", reg.Address, reg.Zone)
+	case ipamapi.ClassNotInZone:
+		event = "AddressNotInZone"
+		msg = fmt.Sprintf("address %s does not belong to zone %s: request an address of the zone", reg.Address, reg.Zone)
+	case ipamapi.ClassTransient:
+		event = ipamv1alpha1.ClaimReadyIPAMAPIUnreachableReason
+		msg = fmt.Sprintf("the IPAM-API at %s could not be reached: %s; retrying with back-off", reg.Endpoint, msg)
+	}
+	return h.fail(ctx, reason, msg, event, err)
+}
+
+// claimError is a failure with what the claim's condition and event should say.
+type claimError struct {
+	reason, event, msg string
+	// terminal errors wait for a change of the claim or pool instead of a retry.
+	terminal bool
+}
+
+func (e *claimError) Error() string { return e.msg }
+
+// failWith turns err into the claim's condition and event when it is a claimError.
+func (h *ClaimHandler) failWith(err error) error {
+	var ce *claimError
+	if !errors.As(err, &ce) {
+		return err
+	}
+	var ret error = ce
+	if ce.terminal {
+		ret = reconcile.TerminalError(ce)
+	}
+	return h.fail(context.Background(), ce.reason, ce.msg, ce.event, ret)
+}
+
+// fail sets the claim's Ready condition to False, emits a Warning event and returns
+// the error to hand to ipamutil (nil err: a new error with msg).
+func (h *ClaimHandler) fail(_ context.Context, reason, msg, eventReason string, err error) error {
+	h.setReady(metav1.ConditionFalse, reason, msg)
+	if eventReason == "" {
+		eventReason = reason
+	}
+	h.Recorder.Event(h.claim, corev1.EventTypeWarning, eventReason, msg)
+	if err == nil {
+		err = errors.New(msg)
+	}
+	return err
+}
+
+func (h *ClaimHandler) releaseFailed(err error) error {
+	msg := "releasing the address failed, retrying with back-off: " + err.Error()
+	var nf *errSecretNotFound
+	if errors.As(err, &nf) {
+		msg = fmt.Sprintf("cannot release the address: %s. Recreate the Secret with the value that owns the address; "+
+			"removing the claim's %s finalizer instead abandons the address in the IPAM-API", nf.Error(), "ipam.cluster.x-k8s.io/ReleaseAddress")
+	}
+	h.setReady(metav1.ConditionFalse, ipamv1alpha1.ClaimReadyReleaseFailedReason, msg)
+	h.Recorder.Event(h.claim, corev1.EventTypeWarning, ipamv1alpha1.ClaimReadyReleaseFailedReason, msg)
+	return err
+}
+
+func (h *ClaimHandler) setReady(status metav1.ConditionStatus, reason, msg string) {
+	meta.SetStatusCondition(&h.claim.Status.Conditions, metav1.Condition{
+		Type:               ipamv1.IPAddressClaimReadyCondition,
+		Status:             status,
+		Reason:             reason,
+		Message:            msg,
+		ObservedGeneration: h.claim.Generation,
+	})
+}
+
+// fillAddress writes the allocated address and the registration record into the
+// IPAddress that ipamutil creates.
+func (h *ClaimHandler) fillAddress(address *ipamv1.IPAddress, reg *registration, host netip.Addr) {
+	spec := h.pool.PoolSpec()
+	address.Spec.Address = host.String()
+	address.Spec.Prefix = ptr.To(int32(host.BitLen()))
+	if spec.Prefix != nil {
+		address.Spec.Prefix = ptr.To(*spec.Prefix)
+	}
+	address.Spec.Gateway = spec.Gateway
+	if address.Labels == nil {
+		address.Labels = map[string]string{}
+	}
+	if address.Annotations == nil {
+		address.Annotations = map[string]string{}
+	}
+	address.Labels[ipamv1alpha1.PoolNameLabel] = h.pool.GetName()
+	address.Labels[ipamv1alpha1.PoolKindLabel] = h.claim.Spec.PoolRef.Kind
+	reg.writeTo(address.Labels, address.Annotations)
+}
+
+func apiFamily(f ipamv1alpha1.IPFamily) ipamapi.Family {
+	if f == ipamv1alpha1.IPv6 {
+		return ipamapi.FamilyIPv6
+	}
+	return ipamapi.FamilyIPv4
+}

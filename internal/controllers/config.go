@@ -1,0 +1,98 @@
+package controllers
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi"
+)
+
+// Config is what the manager's flags give the controllers.
+type Config struct {
+	// DefaultEndpoint is the IPAM-API base URL for pools without spec.endpoint.
+	DefaultEndpoint string
+	// ClusterID is the cluster_id for pools without spec.clusterID; empty means the
+	// UID of the kube-system Namespace.
+	ClusterID string
+	// DefaultSecret is the Secret used when neither claim nor pool names one. It is
+	// created on first use.
+	DefaultSecret types.NamespacedName
+	// RequestTimeout bounds every IPAM-API request.
+	RequestTimeout time.Duration
+	// MaxConcurrentReconciles is the number of claims reconciled in parallel.
+	MaxConcurrentReconciles int
+	// PoolProbeInterval is how often a pool's Ready condition is checked again.
+	PoolProbeInterval time.Duration
+	// WatchFilterValue, if set, limits reconciliation to objects with the
+	// cluster.x-k8s.io/watch-filter label of this value.
+	WatchFilterValue string
+}
+
+// ClientFactory gives the IPAM-API client for an endpoint and CA bundle.
+type ClientFactory interface {
+	For(endpoint string, caBundle []byte) (ipamapi.Client, error)
+}
+
+var requestDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+	Name:    "vitistack_ipam_api_request_duration_seconds",
+	Help:    "Duration of IPAM-API requests by operation and HTTP status (0: no answer).",
+	Buckets: []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30},
+}, []string{"operation", "code"})
+
+func init() { metrics.Registry.MustRegister(requestDuration) }
+
+// CachingClientFactory builds one serialised HTTP client per endpoint and CA bundle
+// and keeps it, so connections are reused and the one-registration-per-identity rule
+// holds across all claims of all pools.
+type CachingClientFactory struct {
+	// Timeout bounds every request.
+	Timeout time.Duration
+
+	mu      sync.Mutex
+	clients map[string]ipamapi.Client
+}
+
+// For implements ClientFactory.
+func (f *CachingClientFactory) For(endpoint string, caBundle []byte) (ipamapi.Client, error) {
+	sum := sha256.Sum256(caBundle)
+	key := endpoint + "\x00" + hex.EncodeToString(sum[:])
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if c, ok := f.clients[key]; ok {
+		return c, nil
+	}
+	timeout := f.Timeout
+	if timeout <= 0 {
+		timeout = ipamapi.DefaultTimeout
+	}
+	hc, err := ipamapi.NewClient(endpoint, ipamapi.Options{
+		Timeout:  timeout,
+		CABundle: caBundle,
+		Observe: func(op string, status int, d time.Duration) {
+			requestDuration.WithLabelValues(op, statusLabel(status)).Observe(d.Seconds())
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	if f.clients == nil {
+		f.clients = map[string]ipamapi.Client{}
+	}
+	c := ipamapi.NewSerialized(hc, endpoint, 2*timeout)
+	f.clients[key] = c
+	return c, nil
+}
+
+func statusLabel(status int) string {
+	if status == 0 {
+		return "none"
+	}
+	return strconv.Itoa(status)
+}

@@ -1,0 +1,158 @@
+package controllers
+
+import (
+	"encoding/json"
+	"strconv"
+	"strings"
+
+	"github.com/pkg/errors"
+	"k8s.io/apimachinery/pkg/types"
+
+	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi"
+)
+
+// objectRef names a key of a Secret, or of a ConfigMap or Secret holding a CA bundle.
+type objectRef struct {
+	Kind      string `json:"kind,omitempty"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Key       string `json:"key"`
+}
+
+func (r objectRef) String() string {
+	if r.Name == "" {
+		return ""
+	}
+	s := r.Namespace + "/" + r.Name + "/" + r.Key
+	if r.Kind != "" && r.Kind != "Secret" {
+		s = r.Kind + ":" + s
+	}
+	return s
+}
+
+func parseObjectRef(s string) (objectRef, error) {
+	if s == "" {
+		return objectRef{}, nil
+	}
+	r := objectRef{Kind: "Secret"}
+	if kind, rest, ok := strings.Cut(s, ":"); ok {
+		r.Kind, s = kind, rest
+	}
+	parts := strings.Split(s, "/")
+	if len(parts) != 3 || parts[0] == "" || parts[1] == "" || parts[2] == "" {
+		return objectRef{}, errors.Errorf("%q is not namespace/name/key", s)
+	}
+	r.Namespace, r.Name, r.Key = parts[0], parts[1], parts[2]
+	return r, nil
+}
+
+// registration is everything needed to talk to the IPAM-API about one claim's address
+// except the secret's value. It is recorded on the claim (as JSON, "pending") before the
+// first registration is sent, and on the IPAddress (as annotations and labels) once it
+// exists; from then on the recorded registration is used for every call, whatever the
+// pool or the flags say later.
+type registration struct {
+	Endpoint            string           `json:"endpoint"`
+	CABundle            objectRef        `json:"caBundle,omitzero"`
+	Zone                string           `json:"zone"`
+	Family              ipamapi.Family   `json:"ipFamily"`
+	Identity            ipamapi.Identity `json:"identity"`
+	Secret              objectRef        `json:"secret"`
+	Address             string           `json:"address,omitempty"` // canonical CIDR; requested (pending) or registered
+	RetentionPeriodDays int              `json:"retentionPeriodDays"`
+	DenyExternalCleanup bool             `json:"denyExternalCleanup"`
+}
+
+// key identifies the holder in the IPAM-API; two claims must never share it.
+func (r *registration) key() string {
+	return strings.Join([]string{r.Endpoint, r.Zone, string(r.Family),
+		r.Identity.ServiceName, r.Identity.NamespaceID, r.Identity.ClusterID}, "|")
+}
+
+func (r *registration) request(secret ipamapi.Secret) ipamapi.Request {
+	return ipamapi.Request{
+		Secret:              secret,
+		Zone:                r.Zone,
+		Family:              r.Family,
+		Address:             r.Address,
+		Identity:            r.Identity,
+		RetentionPeriodDays: r.RetentionPeriodDays,
+		DenyExternalCleanup: r.DenyExternalCleanup,
+	}
+}
+
+func pendingFrom(annotations map[string]string) (*registration, error) {
+	raw, ok := annotations[ipamv1alpha1.PendingRegistrationAnnotation]
+	if !ok {
+		return nil, nil
+	}
+	r := &registration{}
+	if err := json.Unmarshal([]byte(raw), r); err != nil {
+		return nil, errors.Wrapf(err, "annotation %s is not a registration record", ipamv1alpha1.PendingRegistrationAnnotation)
+	}
+	return r, nil
+}
+
+func (r *registration) pendingJSON() string {
+	b, _ := json.Marshal(r) //nolint:errchkjson // plain strings and numbers
+	return string(b)
+}
+
+// writeTo records the registration on an IPAddress's labels and annotations.
+func (r *registration) writeTo(labels, annotations map[string]string) {
+	labels[ipamv1alpha1.ZoneLabel] = r.Zone
+	labels[ipamv1alpha1.IPFamilyLabel] = string(r.Family)
+	annotations[ipamv1alpha1.RegisteredEndpointAnnotation] = r.Endpoint
+	if ca := r.CABundle.String(); ca != "" {
+		annotations[ipamv1alpha1.RegisteredCABundleRefAnnotation] = ca
+	}
+	annotations[ipamv1alpha1.RegisteredAddressAnnotation] = r.Address
+	annotations[ipamv1alpha1.RegisteredServiceNameAnnotation] = r.Identity.ServiceName
+	annotations[ipamv1alpha1.RegisteredNamespaceIDAnnotation] = r.Identity.NamespaceID
+	annotations[ipamv1alpha1.RegisteredClusterIDAnnotation] = r.Identity.ClusterID
+	annotations[ipamv1alpha1.RegisteredSecretRefAnnotation] = r.Secret.String()
+	annotations[ipamv1alpha1.RegisteredRetentionPeriodDaysAnnotation] = strconv.Itoa(r.RetentionPeriodDays)
+	annotations[ipamv1alpha1.RegisteredDenyExternalCleanupAnnotation] = strconv.FormatBool(r.DenyExternalCleanup)
+}
+
+// recordedOn reads the registration recorded on an IPAddress; nil if there is none.
+func recordedOn(labels, annotations map[string]string) (*registration, error) {
+	addr, ok := annotations[ipamv1alpha1.RegisteredAddressAnnotation]
+	if !ok {
+		return nil, nil
+	}
+	r := &registration{
+		Endpoint: annotations[ipamv1alpha1.RegisteredEndpointAnnotation],
+		Zone:     labels[ipamv1alpha1.ZoneLabel],
+		Family:   ipamapi.Family(labels[ipamv1alpha1.IPFamilyLabel]),
+		Address:  addr,
+		Identity: ipamapi.Identity{
+			ServiceName: annotations[ipamv1alpha1.RegisteredServiceNameAnnotation],
+			NamespaceID: annotations[ipamv1alpha1.RegisteredNamespaceIDAnnotation],
+			ClusterID:   annotations[ipamv1alpha1.RegisteredClusterIDAnnotation],
+		},
+		DenyExternalCleanup: annotations[ipamv1alpha1.RegisteredDenyExternalCleanupAnnotation] == "true",
+	}
+	var err error
+	if r.Secret, err = parseObjectRef(annotations[ipamv1alpha1.RegisteredSecretRefAnnotation]); err != nil {
+		return nil, errors.Wrapf(err, "annotation %s", ipamv1alpha1.RegisteredSecretRefAnnotation)
+	}
+	if r.CABundle, err = parseObjectRef(annotations[ipamv1alpha1.RegisteredCABundleRefAnnotation]); err != nil {
+		return nil, errors.Wrapf(err, "annotation %s", ipamv1alpha1.RegisteredCABundleRefAnnotation)
+	}
+	if v := annotations[ipamv1alpha1.RegisteredRetentionPeriodDaysAnnotation]; v != "" {
+		if r.RetentionPeriodDays, err = strconv.Atoi(v); err != nil {
+			return nil, errors.Wrapf(err, "annotation %s", ipamv1alpha1.RegisteredRetentionPeriodDaysAnnotation)
+		}
+	}
+	if r.Endpoint == "" || r.Zone == "" || r.Family == "" || r.Secret.Name == "" ||
+		r.Identity.ServiceName == "" || r.Identity.NamespaceID == "" || r.Identity.ClusterID == "" {
+		return nil, errors.New("the IPAddress's registration record is incomplete (labels ipam.vitistack.io/zone, ip-family or registered-* annotations missing)")
+	}
+	return r, nil
+}
+
+func secretKey(r objectRef) types.NamespacedName {
+	return types.NamespacedName{Namespace: r.Namespace, Name: r.Name}
+}

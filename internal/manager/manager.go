@@ -1,0 +1,145 @@
+package manager
+
+import (
+	"context"
+	"time"
+
+	"github.com/pkg/errors"
+	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"sigs.k8s.io/cluster-api-ipam-provider-in-cluster/pkg/ipamutil"
+
+	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/controllers"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/webhooks"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi"
+)
+
+// ProviderNamespace is where clusterctl installs the provider.
+const ProviderNamespace = "capi-ipam-vitistack-system"
+
+// NewScheme returns a scheme with every type the provider reads or writes.
+func NewScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(clusterv1.AddToScheme(s))
+	utilruntime.Must(ipamv1.AddToScheme(s))
+	utilruntime.Must(ipamv1alpha1.AddToScheme(s))
+	return s
+}
+
+// Options are the provider's own flags (the manager's generic ones are in cmd/manager).
+type Options struct {
+	IPAMAPIURL              string
+	IPAMAPITimeout          time.Duration
+	ClusterID               string
+	DefaultSecretNamespace  string
+	DefaultSecretName       string
+	MaxConcurrentReconciles int
+	PoolProbeInterval       time.Duration
+	WatchFilter             string
+	EnableWebhooks          bool
+
+	// Clients replaces the IPAM-API client factory (tests); nil means the real one.
+	Clients controllers.ClientFactory
+}
+
+// AddFlags registers the provider's flags.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.IPAMAPIURL, "ipam-api-url", "",
+		"Base URL of the vitistack IPAM-API, for example https://ipam-api.vitistack.io (a trailing /v2 is accepted). Pools may override it with spec.endpoint.")
+	fs.DurationVar(&o.IPAMAPITimeout, "ipam-api-timeout", ipamapi.DefaultTimeout,
+		"Deadline of every IPAM-API request.")
+	fs.StringVar(&o.ClusterID, "cluster-id", "",
+		"cluster_id sent to the IPAM-API for pools without spec.clusterID. Empty: the UID of the kube-system Namespace (what the IPAM-operator used).")
+	fs.StringVar(&o.DefaultSecretNamespace, "default-secret-namespace", ProviderNamespace,
+		"Namespace of the default IPAM-API secret, created on first use. Set it to ipam-system to adopt Services managed by the IPAM-operator.")
+	fs.StringVar(&o.DefaultSecretName, "default-secret-name", "default",
+		"Name of the default IPAM-API secret (an Opaque Secret with key \"secret\").")
+	fs.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", 10,
+		"How many IPAddressClaims are reconciled in parallel. Different claims are different IPAM-API identities, which it allocates safely in parallel.")
+	fs.DurationVar(&o.PoolProbeInterval, "pool-probe-interval", 5*time.Minute,
+		"How often each pool's Ready condition is checked against the IPAM-API when nothing changes.")
+	fs.StringVar(&o.WatchFilter, "watch-filter", "",
+		"Only reconcile objects whose cluster.x-k8s.io/watch-filter label has this value.")
+	fs.BoolVar(&o.EnableWebhooks, "enable-webhooks", true,
+		"Serve the validating webhooks (turn off only for local runs without certificates).")
+}
+
+// Validate checks the options.
+func (o *Options) Validate() error {
+	if o.IPAMAPIURL != "" {
+		if _, err := ipamapi.ParseEndpoint(o.IPAMAPIURL); err != nil {
+			return errors.Wrap(err, "--ipam-api-url")
+		}
+	}
+	if o.MaxConcurrentReconciles < 1 {
+		return errors.New("--max-concurrent-reconciles must be at least 1")
+	}
+	if o.DefaultSecretNamespace == "" || o.DefaultSecretName == "" {
+		return errors.New("--default-secret-namespace and --default-secret-name must not be empty")
+	}
+	return nil
+}
+
+// Setup adds the indexes, controllers and webhooks to mgr.
+func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	if err := controllers.SetupIndexes(ctx, mgr); err != nil {
+		return err
+	}
+	clients := o.Clients
+	if clients == nil {
+		clients = &controllers.CachingClientFactory{Timeout: o.IPAMAPITimeout}
+	}
+	adapter := &controllers.ProviderAdapter{
+		Client:   mgr.GetClient(),
+		Reader:   mgr.GetAPIReader(),
+		Recorder: mgr.GetEventRecorderFor("vitistack-ipam"),
+		Secrets: &controllers.Secrets{
+			Reader:  mgr.GetAPIReader(),
+			Writer:  mgr.GetClient(),
+			Default: types.NamespacedName{Namespace: o.DefaultSecretNamespace, Name: o.DefaultSecretName},
+		},
+		Clients: clients,
+		Config: controllers.Config{
+			DefaultEndpoint:         o.IPAMAPIURL,
+			ClusterID:               o.ClusterID,
+			RequestTimeout:          o.IPAMAPITimeout,
+			MaxConcurrentReconciles: o.MaxConcurrentReconciles,
+			PoolProbeInterval:       o.PoolProbeInterval,
+			WatchFilterValue:        o.WatchFilter,
+		},
+	}
+	adapter.Config.DefaultSecret = adapter.Secrets.Default
+	if err := (&ipamutil.ClaimReconciler{
+		Client:           mgr.GetClient(),
+		Scheme:           mgr.GetScheme(),
+		WatchFilterValue: o.WatchFilter,
+		Adapter:          adapter,
+	}).SetupWithManager(ctx, mgr); err != nil {
+		return errors.Wrap(err, "setting up the IPAddressClaim controller")
+	}
+	for _, kind := range []string{ipamv1alpha1.VitistackIPPoolKind, ipamv1alpha1.GlobalVitistackIPPoolKind} {
+		if err := (&controllers.PoolReconciler{
+			Adapter: adapter, Kind: kind, Recorder: mgr.GetEventRecorderFor("vitistack-ipam"),
+		}).SetupWithManager(ctx, mgr); err != nil {
+			return errors.Wrapf(err, "setting up the %s controller", kind)
+		}
+		if o.EnableWebhooks {
+			if err := (&webhooks.Pool{Client: mgr.GetClient(), Kind: kind}).SetupWithManager(mgr); err != nil {
+				return errors.Wrapf(err, "setting up the %s webhook", kind)
+			}
+		}
+	}
+	return nil
+}

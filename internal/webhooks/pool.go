@@ -1,0 +1,121 @@
+package webhooks
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/pkg/errors"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
+	clusterctlv1 "sigs.k8s.io/cluster-api/cmd/clusterctl/api/v1alpha3"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/controllers"
+)
+
+// +kubebuilder:webhook:path=/validate-ipam-vitistack-io-v1alpha1-vitistackippool,mutating=false,failurePolicy=fail,sideEffects=None,groups=ipam.vitistack.io,resources=vitistackippools,verbs=update;delete,versions=v1alpha1,name=validation.vitistackippool.ipam.vitistack.io,admissionReviewVersions=v1,timeoutSeconds=10
+// +kubebuilder:webhook:path=/validate-ipam-vitistack-io-v1alpha1-globalvitistackippool,mutating=false,failurePolicy=fail,sideEffects=None,groups=ipam.vitistack.io,resources=globalvitistackippools,verbs=update;delete,versions=v1alpha1,name=validation.globalvitistackippool.ipam.vitistack.io,admissionReviewVersions=v1,timeoutSeconds=10
+
+// Pool refuses changes that would orphan allocated addresses: a new zone or family
+// while addresses are in use, and deleting a pool that claims still use.
+type Pool struct {
+	// Client reads claims and addresses through the manager's indexed cache.
+	Client client.Reader
+	// Kind is VitistackIPPool or GlobalVitistackIPPool.
+	Kind string
+}
+
+var _ admission.CustomValidator = &Pool{}
+
+// SetupWithManager registers the webhook for its kind.
+func (w *Pool) SetupWithManager(mgr ctrl.Manager) error {
+	var obj runtime.Object = &ipamv1alpha1.VitistackIPPool{}
+	if w.Kind == ipamv1alpha1.GlobalVitistackIPPoolKind {
+		obj = &ipamv1alpha1.GlobalVitistackIPPool{}
+	}
+	return ctrl.NewWebhookManagedBy(mgr).For(obj).WithValidator(w).Complete()
+}
+
+// ValidateCreate implements admission.CustomValidator; CEL in the CRD does it all.
+func (w *Pool) ValidateCreate(context.Context, runtime.Object) (admission.Warnings, error) {
+	return nil, nil
+}
+
+// ValidateUpdate refuses a new zone or family while addresses are allocated.
+func (w *Pool) ValidateUpdate(ctx context.Context, oldObj, newObj runtime.Object) (admission.Warnings, error) {
+	oldPool, newPool := oldObj.(ipamv1alpha1.Pool), newObj.(ipamv1alpha1.Pool)
+	o, n := oldPool.PoolSpec(), newPool.PoolSpec()
+	if o.Zone == n.Zone && o.IPFamily == n.IPFamily {
+		return nil, nil
+	}
+	inUse, example, err := w.addresses(ctx, newPool)
+	if err != nil {
+		return nil, apierrors.NewInternalError(err)
+	}
+	if inUse == 0 {
+		return nil, nil
+	}
+	var errs field.ErrorList
+	why := fmt.Sprintf("cannot change while %d IPAddresses (for example %s) are allocated from this pool: "+
+		"delete their claims first, or create a new pool for the new value", inUse, example)
+	if o.Zone != n.Zone {
+		errs = append(errs, field.Forbidden(field.NewPath("spec", "zone"), why))
+	}
+	if o.IPFamily != n.IPFamily {
+		errs = append(errs, field.Forbidden(field.NewPath("spec", "ipFamily"), why))
+	}
+	return nil, apierrors.NewInvalid(ipamv1alpha1.GroupVersion.WithKind(w.Kind).GroupKind(), newPool.GetName(), errs)
+}
+
+// ValidateDelete refuses to delete a pool while claims use it, except when clusterctl
+// move deletes it after copying it to the target cluster.
+func (w *Pool) ValidateDelete(ctx context.Context, obj runtime.Object) (admission.Warnings, error) {
+	pool := obj.(ipamv1alpha1.Pool)
+	if _, moving := pool.GetAnnotations()[clusterctlv1.DeleteForMoveAnnotation]; moving {
+		return nil, nil
+	}
+	claims := &ipamv1.IPAddressClaimList{}
+	if err := w.Client.List(ctx, claims, w.listOptions(pool, controllers.ClaimPoolRefIndex)...); err != nil {
+		return nil, apierrors.NewInternalError(errors.Wrap(err, "listing the pool's claims"))
+	}
+	if len(claims.Items) == 0 {
+		return nil, nil
+	}
+	names := make([]string, 0, 3)
+	for i := range claims.Items {
+		if i == 3 {
+			names = append(names, "...")
+			break
+		}
+		names = append(names, claims.Items[i].Namespace+"/"+claims.Items[i].Name)
+	}
+	gr := ipamv1alpha1.GroupVersion.WithResource(strings.ToLower(w.Kind) + "s").GroupResource()
+	return nil, apierrors.NewForbidden(gr, pool.GetName(), errors.Errorf(
+		"%d IPAddressClaims still use this pool (%s): delete them first, so that their addresses are released in the IPAM-API",
+		len(claims.Items), strings.Join(names, ", ")))
+}
+
+func (w *Pool) addresses(ctx context.Context, pool ipamv1alpha1.Pool) (int, string, error) {
+	list := &ipamv1.IPAddressList{}
+	if err := w.Client.List(ctx, list, w.listOptions(pool, controllers.AddressPoolRefIndex)...); err != nil {
+		return 0, "", errors.Wrap(err, "listing the pool's IPAddresses")
+	}
+	if len(list.Items) == 0 {
+		return 0, "", nil
+	}
+	return len(list.Items), list.Items[0].Namespace + "/" + list.Items[0].Name, nil
+}
+
+func (w *Pool) listOptions(pool ipamv1alpha1.Pool, index string) []client.ListOption {
+	opts := []client.ListOption{client.MatchingFields{index: controllers.PoolRefValue(w.Kind, pool.GetName())}}
+	if pool.GetNamespace() != "" {
+		opts = append(opts, client.InNamespace(pool.GetNamespace()))
+	}
+	return opts
+}

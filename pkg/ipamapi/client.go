@@ -1,0 +1,215 @@
+package ipamapi
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"io"
+	"mime"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/pkg/errors"
+)
+
+// Client talks to one IPAM-API endpoint. Controllers depend on this interface; the
+// real implementation is HTTPClient, and tests run it against the sim stand-in.
+type Client interface {
+	// Register sends POST /v2/address: allocate, re-confirm, share or rotate.
+	Register(ctx context.Context, req Request) (*Response, error)
+	// Release sends DELETE /v2/service: end one holder's hold on an address.
+	Release(ctx context.Context, req Request) (*Response, error)
+}
+
+// Options configure an HTTPClient.
+type Options struct {
+	// Timeout bounds every request, including reading the answer. Default 10s.
+	Timeout time.Duration
+	// CABundle is a PEM bundle to trust instead of the system roots.
+	CABundle []byte
+	// Transport replaces the HTTP transport (tests). CABundle is ignored then.
+	Transport http.RoundTripper
+	// Observe, if set, is called after every request with the operation, the HTTP
+	// status (0 without an answer) and the duration (for metrics).
+	Observe func(op string, status int, d time.Duration)
+}
+
+// DefaultTimeout is the per-request deadline when Options.Timeout is zero.
+const DefaultTimeout = 10 * time.Second
+
+// HTTPClient is the Client for the real IPAM-API.
+type HTTPClient struct {
+	base    *url.URL
+	http    *http.Client
+	timeout time.Duration
+	observe func(string, int, time.Duration)
+}
+
+var _ Client = &HTTPClient{}
+
+// NewClient returns a client for the IPAM-API at endpoint, for example
+// "https://ipam-api.vitistack.io". A trailing "/v2" is accepted and ignored.
+func NewClient(endpoint string, opts Options) (*HTTPClient, error) {
+	base, err := ParseEndpoint(endpoint)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = DefaultTimeout
+	}
+	rt := opts.Transport
+	if rt == nil {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.MaxIdleConns = 100
+		t.MaxIdleConnsPerHost = 32
+		t.ResponseHeaderTimeout = opts.Timeout
+		t.DialContext = (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+		if len(opts.CABundle) > 0 {
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(opts.CABundle) {
+				return nil, errors.New("the CA bundle holds no PEM certificate")
+			}
+			t.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+		}
+		rt = t
+	}
+	return &HTTPClient{
+		base:    base,
+		http:    &http.Client{Transport: rt, CheckRedirect: noRedirects},
+		timeout: opts.Timeout,
+		observe: opts.Observe,
+	}, nil
+}
+
+// ParseEndpoint checks an IPAM-API base URL and strips a trailing "/v2".
+func ParseEndpoint(endpoint string) (*url.URL, error) {
+	u, err := url.Parse(strings.TrimSpace(endpoint))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, errors.Errorf("IPAM-API endpoint %q is not an http:// or https:// URL, for example https://ipam-api.vitistack.io", endpoint)
+	}
+	u.Path = strings.TrimSuffix(strings.TrimSuffix(u.Path, "/"), "/v2")
+	u.RawQuery, u.Fragment = "", ""
+	return u, nil
+}
+
+func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+
+// Register implements Client.
+func (c *HTTPClient) Register(ctx context.Context, req Request) (*Response, error) {
+	res, err := c.do(ctx, "register", http.MethodPost, "/v2/address", req)
+	if err != nil {
+		return nil, err
+	}
+	if res.Address == "" {
+		return nil, &Error{Op: "register", StatusCode: http.StatusOK, Class: ClassUnexpectedResponse,
+			Message: "the answer carries no address: is the endpoint the IPAM-API?"}
+	}
+	return res, nil
+}
+
+// Release implements Client.
+func (c *HTTPClient) Release(ctx context.Context, req Request) (*Response, error) {
+	return c.do(ctx, "release", http.MethodDelete, "/v2/service", req)
+}
+
+func (c *HTTPClient) do(ctx context.Context, op, method, path string, req Request) (res *Response, err error) {
+	body, err := req.body()
+	if err != nil {
+		return nil, &Error{Op: op, Class: ClassValidation, Message: err.Error()}
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+
+	u := *c.base
+	u.Path += path
+	hreq, err := http.NewRequestWithContext(ctx, method, u.String(), bytes.NewReader(body))
+	if err != nil {
+		return nil, errors.Wrap(err, "building IPAM-API request")
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	hreq.Header.Set("Accept", "application/json")
+
+	start := time.Now()
+	status := 0
+	defer func() {
+		if c.observe != nil {
+			c.observe(op, status, time.Since(start))
+		}
+		if err != nil {
+			err = scrub(err, req)
+		}
+	}()
+
+	hres, err := c.http.Do(hreq)
+	if err != nil {
+		return nil, &Error{Op: op, Class: ClassTransient, Unknown: true, Message: transportMessage(err, c.timeout)}
+	}
+	defer func() { _ = hres.Body.Close() }()
+	status = hres.StatusCode
+	raw, err := io.ReadAll(io.LimitReader(hres.Body, 1<<20))
+	if err != nil {
+		return nil, &Error{Op: op, StatusCode: status, Class: ClassTransient, Unknown: true, Message: transportMessage(err, c.timeout)}
+	}
+
+	var wire wireResponse
+	mt, _, _ := mime.ParseMediaType(hres.Header.Get("Content-Type"))
+	if mt != "application/json" || json.Unmarshal(raw, &wire) != nil || wire.Message == nil {
+		e := classify(op, status, "the answer is not the IPAM-API's JSON ("+describe(mt, raw)+"): check the endpoint URL")
+		if status < 300 {
+			e.Class = ClassUnexpectedResponse
+		}
+		return nil, e
+	}
+	if status < 200 || status >= 300 {
+		return nil, classify(op, status, *wire.Message)
+	}
+	return &Response{Message: *wire.Message, Address: wire.Address}, nil
+}
+
+func describe(mediaType string, raw []byte) string {
+	if mediaType == "" {
+		mediaType = "no content type"
+	}
+	snippet := strings.Join(strings.Fields(string(raw)), " ")
+	if len(snippet) > 80 {
+		snippet = snippet[:80] + "..."
+	}
+	if snippet == "" {
+		return mediaType + ", empty body"
+	}
+	return mediaType + ": " + snippet
+}
+
+func transportMessage(err error, timeout time.Duration) string {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, context.DeadlineExceeded) {
+		return "no answer within " + timeout.String() + " (the request may still complete on the server)"
+	}
+	if errors.Is(err, context.Canceled) {
+		return "request cancelled"
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err.Error()
+	}
+	return err.Error()
+}
+
+// scrub removes the secrets of req from an error's text, whatever produced it.
+func scrub(err error, req Request) error {
+	var e *Error
+	if !errors.As(err, &e) {
+		return err
+	}
+	for _, s := range []Secret{req.Secret, req.NewSecret} {
+		if v := s.Value(); v != "" {
+			e.Message = strings.ReplaceAll(e.Message, v, redacted)
+		}
+	}
+	return e
+}

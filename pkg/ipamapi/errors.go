@@ -1,0 +1,110 @@
+package ipamapi
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/pkg/errors"
+)
+
+// Class sorts IPAM-API failures by what a controller should do about them.
+type Class string
+
+const (
+	// ClassValidation is a 400: the request is not acceptable (zone, family, secret
+	// length, address, retention). A user must change the pool, claim or secret.
+	ClassValidation Class = "Validation"
+	// ClassNotHeld is one of the two 404s of a release: the address is not held by this
+	// secret and identity (already released or never registered). Release treats it as
+	// success.
+	ClassNotHeld Class = "NotHeld"
+	// ClassWrongSecret is a 500 "no matching address found with the provided secret,
+	// zone and address": the address is held under another secret (or was freed).
+	ClassWrongSecret Class = "WrongSecret"
+	// ClassNotInZone is a 500 "the requested address is not valid for the provided
+	// zone": the requested address lies in no container of the zone.
+	ClassNotInZone Class = "NotInZone"
+	// ClassExhausted is a 500 "no available prefix found": the zone has no free address.
+	ClassExhausted Class = "Exhausted"
+	// ClassRotationRefused is a 500 "unable to change secret": the address is shared or
+	// held by another service, so its secret cannot be rotated.
+	ClassRotationRefused Class = "RotationRefused"
+	// ClassUnexpectedResponse is an answer that is not the IPAM-API's (for example the
+	// HTML catch-all page that answers a wrong URL with 200). The endpoint is wrong.
+	ClassUnexpectedResponse Class = "UnexpectedResponse"
+	// ClassTransient is a connection error, a timeout or another 5xx: retry with back-off.
+	ClassTransient Class = "Transient"
+)
+
+// Error is a failed IPAM-API call. Its text never contains a secret.
+type Error struct {
+	// Class says what to do about it.
+	Class Class
+	// Op is "register" or "release".
+	Op string
+	// StatusCode is the HTTP status, 0 when no answer was received.
+	StatusCode int
+	// Message is the server's message (or a description of the failure).
+	Message string
+	// Unknown is true when the request may have been carried out although no answer
+	// arrived (a timeout or a connection lost after sending).
+	Unknown bool
+}
+
+func (e *Error) Error() string {
+	if e.StatusCode == 0 {
+		return fmt.Sprintf("IPAM-API %s failed: %s", e.Op, e.Message)
+	}
+	return fmt.Sprintf("IPAM-API %s failed with HTTP %d: %s", e.Op, e.StatusCode, e.Message)
+}
+
+// ClassOf returns the class of an IPAM-API error anywhere in err's chain, or "" when err
+// is not one.
+func ClassOf(err error) Class {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Class
+	}
+	return ""
+}
+
+func asError(err error, target **Error) bool { return errors.As(err, target) }
+
+// IsTransient reports whether err is worth retrying unchanged.
+func IsTransient(err error) bool { return ClassOf(err) == ClassTransient }
+
+// IsNotHeld reports whether a release found nothing to release.
+func IsNotHeld(err error) bool { return ClassOf(err) == ClassNotHeld }
+
+// IsExhausted reports whether the zone had no free address.
+func IsExhausted(err error) bool { return ClassOf(err) == ClassExhausted }
+
+// Server messages the classes are recognised by (byte-exact, misspellings included).
+const (
+	msgNoMatchingAddress = "no matching address found with the provided secret, zone and address"
+	msgNotValidForZone   = "the requested address is not valid for the provided zone"
+	msgNoAvailablePrefix = "no available prefix found for zone"
+	msgUnableToChange    = "unable to change secret"
+)
+
+// classify sorts a non-2xx answer.
+func classify(op string, status int, msg string) *Error {
+	e := &Error{Op: op, StatusCode: status, Message: msg, Class: ClassTransient}
+	switch {
+	case status == 400:
+		e.Class = ClassValidation
+	case status == 404:
+		e.Class = ClassNotHeld
+	case status == 500 && strings.Contains(msg, msgNoMatchingAddress):
+		e.Class = ClassWrongSecret
+	case status == 500 && strings.Contains(msg, msgNotValidForZone):
+		e.Class = ClassNotInZone
+	case status == 500 && strings.Contains(msg, msgNoAvailablePrefix):
+		e.Class = ClassExhausted
+	case status == 500 && strings.Contains(msg, msgUnableToChange):
+		e.Class = ClassRotationRefused
+	case status >= 200 && status < 300:
+		e.Class = ClassUnexpectedResponse
+	}
+	return e
+}
