@@ -1,0 +1,307 @@
+package controllers_test
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
+	"sigs.k8s.io/cluster-api-ipam-provider-in-cluster/pkg/ipamutil"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi/sim"
+)
+
+func TestClaimGetsAddressWithMetadata(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	spec := routedPool("inet", ipamv1alpha1.IPv4)
+	spec.Prefix = ptr.To[int32](24)
+	spec.Gateway = "83.118.168.1"
+	pool := newPool(t, ns.Name, "inet-v4", spec)
+	claim := newClaim(t, ns.Name, "node-1", pool.Name, nil)
+
+	addr := boundAddress(t, claim)
+	ip := netip.MustParseAddr(addr.Spec.Address)
+	g.Expect(netip.MustParsePrefix("83.118.168.0/22").Contains(ip)).To(BeTrue(), "address %s is not in zone inet", ip)
+	g.Expect(addr.Spec.Prefix).To(Equal(ptr.To[int32](24)))
+	g.Expect(addr.Spec.Gateway).To(Equal("83.118.168.1"))
+	g.Expect(addr.Spec.PoolRef).To(Equal(ipamv1.IPPoolReference{APIGroup: "ipam.vitistack.io", Kind: "VitistackIPPool", Name: "inet-v4"}))
+	g.Expect(addr.Spec.ClaimRef.Name).To(Equal("node-1"))
+
+	g.Expect(addr.Labels).To(HaveKeyWithValue("ipam.vitistack.io/zone", "inet"))
+	g.Expect(addr.Labels).To(HaveKeyWithValue("ipam.vitistack.io/ip-family", "ipv4"))
+	g.Expect(addr.Labels).To(HaveKeyWithValue("ipam.vitistack.io/pool-name", "inet-v4"))
+	kubeSystem := uidOf(t, "kube-system")
+	g.Expect(addr.Annotations).To(HaveKeyWithValue("ipam.vitistack.io/registered-service-name", "node-1"))
+	g.Expect(addr.Annotations).To(HaveKeyWithValue("ipam.vitistack.io/registered-namespace-id", string(ns.UID)))
+	g.Expect(addr.Annotations).To(HaveKeyWithValue("ipam.vitistack.io/registered-cluster-id", kubeSystem))
+	g.Expect(addr.Annotations).To(HaveKeyWithValue("ipam.vitistack.io/registered-secret-ref", "capi-ipam-vitistack-system/default/secret"))
+	g.Expect(addr.Annotations).To(HaveKeyWithValue("ipam.vitistack.io/registered-retention-period-days", "0"))
+	g.Expect(addr.Annotations).To(HaveKeyWithValue("ipam.vitistack.io/registered-deny-external-cleanup", "false"))
+	g.Expect(addr.Annotations).To(HaveKeyWithValue("ipam.vitistack.io/registered-address", ip.String()+"/32"))
+	g.Expect(addr.Finalizers).To(ContainElement(ipamutil.ProtectAddressFinalizer))
+
+	// Owner references: the claim controls the address; the pool owns it too.
+	var kinds []string
+	for _, o := range addr.OwnerReferences {
+		kinds = append(kinds, o.Kind+"/"+o.Name+"/"+boolStr(ptr.Deref(o.Controller, false)))
+	}
+	g.Expect(kinds).To(ConsistOf("IPAddressClaim/node-1/true", "VitistackIPPool/inet-v4/false"))
+
+	// The claim is Ready and no longer carries a pending registration.
+	cond := readyCondition(t, claim, metav1.ConditionTrue, "Allocated")
+	g.Expect(cond.Message).To(ContainSubstring(ip.String()))
+	c := &ipamv1.IPAddressClaim{}
+	g.Eventually(func() map[string]string {
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(claim), c)).To(Succeed())
+		return c.Annotations
+	}, eventually, poll).ShouldNot(HaveKey(ipamv1alpha1.PendingRegistrationAnnotation))
+	hasEvent(t, claim, corev1.EventTypeNormal, "Allocated", ip.String())
+
+	// The stand-in holds exactly this registration.
+	holders := holdersOf(ip.String() + "/32")
+	g.Expect(holders).To(HaveLen(1))
+	g.Expect(holders[0].ServiceRef).To(Equal(sim.ServiceRef{ServiceName: "node-1", NamespaceID: string(ns.UID), ClusterID: kubeSystem}))
+	g.Expect(holders[0].ExpiresAt).To(BeNil())
+
+	// The default secret was created: Opaque, key "secret", 32 characters.
+	sec := &corev1.Secret{}
+	g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: "capi-ipam-vitistack-system", Name: "default"}, sec)).To(Succeed())
+	g.Expect(sec.Type).To(Equal(corev1.SecretTypeOpaque))
+	g.Expect(sec.Data["secret"]).To(HaveLen(32))
+	reg, ok := env.Sim.Registration(ip.String() + "/32")
+	g.Expect(ok).To(BeTrue())
+	g.Expect(reg.SecretFingerprint).To(Equal(sim.Fingerprint(string(sec.Data["secret"]))))
+}
+
+func boolStr(b bool) string {
+	if b {
+		return "true"
+	}
+	return "false"
+}
+
+func TestClaimAnnotationsOverrideIdentitySecretAndRetention(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	secretValue := "my-own-secret-value-1234"
+	g.Expect(env.Client.Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "anycast"},
+		Data:       map[string][]byte{"secret": []byte(secretValue)},
+	})).To(Succeed())
+	pool := newPool(t, ns.Name, "inet-v6", routedPool("inet", ipamv1alpha1.IPv6))
+	claim := newClaim(t, ns.Name, "lb-1", pool.Name, map[string]string{
+		"ipam.vitistack.io/secret":                "anycast",
+		"ipam.vitistack.io/retention-period-days": "7",
+		"ipam.vitistack.io/deny-external-cleanup": "true",
+		"ipam.vitistack.io/service-name":          "ingress",
+		"ipam.vitistack.io/namespace-id":          "ns-id-1",
+		"ipam.vitistack.io/cluster-id":            "cluster-a",
+	})
+	addr := boundAddress(t, claim)
+	ip := netip.MustParseAddr(addr.Spec.Address)
+	g.Expect(ip.Is6()).To(BeTrue())
+	g.Expect(netip.MustParsePrefix("2a05:1234::/64").Contains(ip)).To(BeTrue())
+	g.Expect(addr.Spec.Prefix).To(Equal(ptr.To[int32](128)))
+	g.Expect(addr.Labels).To(HaveKeyWithValue("ipam.vitistack.io/ip-family", "ipv6"))
+	g.Expect(addr.Annotations).To(HaveKeyWithValue("ipam.vitistack.io/registered-secret-ref", ns.Name+"/anycast/secret"))
+	g.Expect(addr.Annotations).To(HaveKeyWithValue("ipam.vitistack.io/registered-retention-period-days", "7"))
+	g.Expect(addr.Annotations).To(HaveKeyWithValue("ipam.vitistack.io/registered-deny-external-cleanup", "true"))
+
+	reg, ok := env.Sim.Registration(ip.String() + "/128")
+	g.Expect(ok).To(BeTrue())
+	g.Expect(reg.SecretFingerprint).To(Equal(sim.Fingerprint(secretValue)))
+	g.Expect(reg.Holders).To(HaveLen(1))
+	g.Expect(reg.Holders[0].ServiceRef).To(Equal(sim.ServiceRef{ServiceName: "ingress", NamespaceID: "ns-id-1", ClusterID: "cluster-a"}))
+	g.Expect(reg.Holders[0].RetentionPeriodDays).To(Equal(7))
+	g.Expect(reg.Holders[0].DenyExternalCleanup).To(BeTrue())
+
+	// Deleting the claim releases with the recorded retention: the holder expires in 7 days.
+	deleteAndWait(t, claim)
+	holders := holdersOf(ip.String() + "/128")
+	g.Expect(holders).To(HaveLen(1))
+	g.Expect(holders[0].ExpiresAt).NotTo(BeNil())
+	g.Expect(holders[0].ExpiresAt.Sub(env.Clock.Now()).Hours()).To(BeNumerically("~", 7*24, 1))
+}
+
+func TestClaimRequestedAddress(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	pool := newPool(t, ns.Name, "private", routedPool("hnet-private", ipamv1alpha1.IPv4))
+	claim := newClaim(t, ns.Name, "fixed", pool.Name, map[string]string{"ipam.vitistack.io/addresses": "172.16.44.5"})
+	addr := boundAddress(t, claim)
+	g.Expect(addr.Spec.Address).To(Equal("172.16.44.5"))
+	g.Expect(holdersOf("172.16.44.5/32")).To(HaveLen(1))
+
+	// An address of the wrong family is refused with a message naming the annotation.
+	bad := newClaim(t, ns.Name, "wrong-family", pool.Name, map[string]string{"ipam.vitistack.io/addresses": "2a05:1234::9"})
+	cond := readyCondition(t, bad, metav1.ConditionFalse, "AllocationFailed")
+	g.Expect(cond.Message).To(ContainSubstring("annotation ipam.vitistack.io/addresses"))
+	g.Expect(cond.Message).To(ContainSubstring("has no ipv4 address"))
+	hasEvent(t, bad, corev1.EventTypeWarning, "InvalidAnnotation", "ipam.vitistack.io/addresses")
+
+	// Fixing the annotation binds it.
+	patchAnnotations(t, bad, map[string]string{"ipam.vitistack.io/addresses": "10.44.0.7/32"})
+	g.Expect(boundAddress(t, bad).Spec.Address).To(Equal("10.44.0.7"))
+}
+
+func patchAnnotations(t *testing.T, obj client.Object, ann map[string]string) {
+	t.Helper()
+	g := NewWithT(t)
+	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj)).To(Succeed())
+	patch := client.MergeFrom(obj.DeepCopyObject().(client.Object))
+	a := obj.GetAnnotations()
+	if a == nil {
+		a = map[string]string{}
+	}
+	for k, v := range ann {
+		a[k] = v
+	}
+	obj.SetAnnotations(a)
+	g.Expect(env.Client.Patch(ctx, obj, patch)).To(Succeed())
+}
+
+func TestDeletingClaimReleasesAddress(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	pool := newPool(t, ns.Name, "pool", routedPool("hnet-public", ipamv1alpha1.IPv4))
+	claim := newClaim(t, ns.Name, "gone-soon", pool.Name, nil)
+	addr := boundAddress(t, claim)
+	cidr := addr.Spec.Address + "/32"
+	g.Expect(holdersOf(cidr)).To(HaveLen(1))
+
+	deleteAndWait(t, claim)
+	g.Eventually(func() error {
+		return env.Client.Get(ctx, client.ObjectKeyFromObject(addr), &ipamv1.IPAddress{})
+	}, eventually, poll).ShouldNot(Succeed(), "the IPAddress must go with its claim")
+
+	holders := holdersOf(cidr)
+	g.Expect(holders).To(HaveLen(1))
+	g.Expect(holders[0].ExpiresAt).NotTo(BeNil(), "the release must set the holder's expiry")
+	g.Expect(holders[0].ExpiresAt.After(env.Clock.Now())).To(BeFalse(), "retention 0 expires at once")
+
+	env.Sim.Sweep()
+	_, held := env.Sim.Registration(cidr)
+	g.Expect(held).To(BeFalse(), "after the sweep the address is free in the IPAM-API")
+}
+
+func TestClaimConditionsForUserFixableFailures(t *testing.T) {
+	ns := newNamespace(t)
+
+	t.Run("pool not found, then created", func(t *testing.T) {
+		g := NewWithT(t)
+		claim := newClaim(t, ns.Name, "early", "late-pool", nil)
+		cond := readyCondition(t, claim, metav1.ConditionFalse, "PoolNotReady")
+		g.Expect(cond.Message).To(ContainSubstring(`VitistackIPPool "late-pool" not found`))
+		newPool(t, ns.Name, "late-pool", routedPool("inet", ipamv1alpha1.IPv4))
+		boundAddress(t, claim)
+	})
+
+	t.Run("exhausted zone, then freed", func(t *testing.T) {
+		g := NewWithT(t)
+		pool := newPool(t, ns.Name, "full", routedPool("hnet-public", ipamv1alpha1.IPv4))
+		env.Sim.SetExhausted("hnet-public", "ipv4", true)
+		claim := newClaim(t, ns.Name, "waits", pool.Name, nil)
+		cond := readyCondition(t, claim, metav1.ConditionFalse, "PoolExhausted")
+		g.Expect(cond.Message).To(ContainSubstring("zone hnet-public has no free ipv4 address left"))
+		hasEvent(t, claim, corev1.EventTypeWarning, "PoolExhausted", "hnet-public")
+		env.Sim.SetExhausted("hnet-public", "ipv4", false)
+		boundAddress(t, claim)
+		readyCondition(t, claim, metav1.ConditionTrue, "Allocated")
+	})
+
+	t.Run("address held under another secret", func(t *testing.T) {
+		g := NewWithT(t)
+		g.Expect(env.Client.Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "other"},
+			Data:       map[string][]byte{"secret": []byte("another-owners-secret")},
+		})).To(Succeed())
+		pool := newPool(t, ns.Name, "shared", routedPool("hnet-private", ipamv1alpha1.IPv4))
+		first := newClaim(t, ns.Name, "owner", pool.Name, map[string]string{"ipam.vitistack.io/addresses": "10.99.0.1"})
+		boundAddress(t, first)
+		thief := newClaim(t, ns.Name, "thief", pool.Name, map[string]string{
+			"ipam.vitistack.io/addresses": "10.99.0.1", "ipam.vitistack.io/secret": "other",
+		})
+		cond := readyCondition(t, thief, metav1.ConditionFalse, "AllocationFailed")
+		g.Expect(cond.Message).To(ContainSubstring("address 10.99.0.1/32 is held under another secret"))
+		hasEvent(t, thief, corev1.EventTypeWarning, "AddressTaken", "10.99.0.1")
+		g.Expect(holdersOf("10.99.0.1/32")).To(HaveLen(1), "the owner keeps it alone")
+	})
+
+	t.Run("missing secret", func(t *testing.T) {
+		g := NewWithT(t)
+		pool := newPool(t, ns.Name, "needs-secret", routedPool("inet", ipamv1alpha1.IPv4))
+		claim := newClaim(t, ns.Name, "no-secret", pool.Name, map[string]string{"ipam.vitistack.io/secret": "nope"})
+		cond := readyCondition(t, claim, metav1.ConditionFalse, "AllocationFailed")
+		g.Expect(cond.Message).To(ContainSubstring("Secret " + ns.Name + "/nope with key secret not found"))
+		g.Expect(cond.Message).To(ContainSubstring("create it"))
+		hasEvent(t, claim, corev1.EventTypeWarning, "SecretNotFound", "nope")
+	})
+
+	t.Run("unknown zone", func(t *testing.T) {
+		g := NewWithT(t)
+		pool := newPool(t, ns.Name, "nowhere", routedPool("nowhere", ipamv1alpha1.IPv4))
+		claim := newClaim(t, ns.Name, "lost", pool.Name, nil)
+		cond := readyCondition(t, claim, metav1.ConditionFalse, "PoolNotReady")
+		g.Expect(cond.Message).To(ContainSubstring("invalid zone 'nowhere'"))
+		g.Expect(cond.Message).To(ContainSubstring("fix the pool"))
+		// The pool says so too.
+		poolReady(t, pool, metav1.ConditionFalse, "ZoneRejected", "invalid zone 'nowhere'")
+	})
+
+	t.Run("family the zone does not have", func(t *testing.T) {
+		pool := newPool(t, ns.Name, "private-v6", routedPool("hnet-private", ipamv1alpha1.IPv6))
+		claim := newClaim(t, ns.Name, "v6", pool.Name, nil)
+		cond := readyCondition(t, claim, metav1.ConditionFalse, "PoolNotReady")
+		NewWithT(t).Expect(cond.Message).To(ContainSubstring("no prefixes found for zone hnet-private with IP family ipv6"))
+	})
+
+	t.Run("unreachable IPAM-API", func(t *testing.T) {
+		g := NewWithT(t)
+		spec := routedPool("inet", ipamv1alpha1.IPv4)
+		spec.Endpoint = "http://127.0.0.1:1"
+		pool := newPool(t, ns.Name, "unreachable", spec)
+		claim := newClaim(t, ns.Name, "stranded", pool.Name, nil)
+		cond := readyCondition(t, claim, metav1.ConditionFalse, "AllocationFailed")
+		g.Expect(cond.Message).To(ContainSubstring("the IPAM-API at http://127.0.0.1:1 could not be reached"))
+		hasEvent(t, claim, corev1.EventTypeWarning, "IPAMAPIUnreachable", "127.0.0.1:1")
+		poolReady(t, pool, metav1.ConditionFalse, "IPAMAPIUnreachable", "127.0.0.1:1")
+	})
+
+	t.Run("endpoint that is not the IPAM-API", func(t *testing.T) {
+		g := NewWithT(t)
+		spec := routedPool("inet", ipamv1alpha1.IPv4)
+		spec.Endpoint = env.SimURL + "/wrong/path"
+		pool := newPool(t, ns.Name, "html", spec)
+		claim := newClaim(t, ns.Name, "html", pool.Name, nil)
+		cond := readyCondition(t, claim, metav1.ConditionFalse, "PoolNotReady")
+		g.Expect(cond.Message).To(ContainSubstring("is not answering as the IPAM-API"))
+		g.Expect(cond.Message).To(ContainSubstring("text/html"))
+	})
+}
+
+func poolReady(t *testing.T, pool client.Object, status metav1.ConditionStatus, reason, text string) {
+	t.Helper()
+	NewWithT(t).Eventually(func(g Gomega) {
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(pool), pool)).To(Succeed())
+		p := pool.(ipamv1alpha1.Pool)
+		var c *metav1.Condition
+		for i := range p.PoolStatus().Conditions {
+			if p.PoolStatus().Conditions[i].Type == "Ready" {
+				c = &p.PoolStatus().Conditions[i]
+			}
+		}
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.Reason).To(Equal(reason), c.Message)
+		g.Expect(c.Status).To(Equal(status))
+		g.Expect(c.Message).To(ContainSubstring(text))
+	}, eventually, poll).Should(Succeed())
+}
+
+var _ = strings.Contains

@@ -1,0 +1,221 @@
+package testenv
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	"github.com/pkg/errors"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	clocktesting "k8s.io/utils/clock/testing"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/manager"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi/sim"
+)
+
+// RepoRoot is the repository's root directory.
+func RepoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+// Env is a running test environment.
+type Env struct {
+	// Config reaches the API server as an administrator.
+	Config *rest.Config
+	// Client is an uncached client for the tests.
+	Client client.Client
+	// Sim is the IPAM-API stand-in; SimURL its base URL.
+	Sim    *sim.Server
+	SimURL string
+	// Clock drives the stand-in's expiry.
+	Clock *clocktesting.FakeClock
+	// Logs holds every line the manager logged.
+	Logs *Logs
+
+	env     *envtest.Environment
+	httpSrv *httptest.Server
+	mgr     *runningManager
+}
+
+// Logs is a concurrency-safe log sink.
+type Logs struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+// String returns everything logged so far.
+func (l *Logs) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+func (l *Logs) logger() logr.Logger {
+	verbose := os.Getenv("TESTENV_VERBOSE") != ""
+	return funcr.New(func(prefix, args string) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		fmt.Fprintf(&l.buf, "%s %s\n", prefix, args)
+		if verbose {
+			fmt.Fprintf(os.Stderr, "%s %s\n", prefix, args)
+		}
+	}, funcr.Options{Verbosity: 4})
+}
+
+// assetsDir finds kube-apiserver and etcd: KUBEBUILDER_ASSETS, else the repo's bin/.
+func assetsDir() (string, error) {
+	for _, dir := range []string{os.Getenv("KUBEBUILDER_ASSETS"), filepath.Join(RepoRoot(), "bin")} {
+		if dir == "" {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(dir, "kube-apiserver")); err == nil {
+			return dir, nil
+		}
+	}
+	return "", errors.New("kube-apiserver not found: run 'make test-assets' (it builds bin/kube-apiserver and bin/etcd)")
+}
+
+// CAPICRDDir returns the CAPI module's CRD directory from the module cache.
+func CAPICRDDir() (string, error) {
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/cluster-api").Output()
+	if err != nil {
+		return "", errors.Wrap(err, "locating sigs.k8s.io/cluster-api in the module cache")
+	}
+	return filepath.Join(strings.TrimSpace(string(out)), "config", "crd", "bases"), nil
+}
+
+// Start starts the API server, the stand-in and (unless noManager) the manager.
+func Start(ctx context.Context, opts manager.Options) (*Env, error) {
+	assets, err := assetsDir()
+	if err != nil {
+		return nil, err
+	}
+	capiCRDs, err := CAPICRDDir()
+	if err != nil {
+		return nil, err
+	}
+	root := RepoRoot()
+	env := &envtest.Environment{
+		BinaryAssetsDirectory: assets,
+		CRDInstallOptions: envtest.CRDInstallOptions{
+			Paths: []string{
+				filepath.Join(root, "config", "crd", "bases"),
+				filepath.Join(capiCRDs, "ipam.cluster.x-k8s.io_ipaddressclaims.yaml"),
+				filepath.Join(capiCRDs, "ipam.cluster.x-k8s.io_ipaddresses.yaml"),
+				filepath.Join(capiCRDs, "cluster.x-k8s.io_clusters.yaml"),
+			},
+			ErrorIfPathMissing: true,
+		},
+		WebhookInstallOptions: envtest.WebhookInstallOptions{
+			Paths: []string{filepath.Join(root, "config", "webhook")},
+		},
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		return nil, errors.Wrap(err, "starting envtest")
+	}
+	e := &Env{Config: cfg, env: env, Logs: &Logs{}}
+	e.Clock = clocktesting.NewFakeClock(time.Now())
+	e.Sim = sim.New(sim.Config{Clock: e.Clock})
+	e.httpSrv = httptest.NewServer(e.Sim)
+	e.SimURL = e.httpSrv.URL
+	if e.Client, err = client.New(cfg, client.Options{Scheme: manager.NewScheme()}); err != nil {
+		return nil, err
+	}
+	ctrl.SetLogger(e.Logs.logger())
+	if err := e.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: opts.DefaultSecretNamespace}}); err != nil {
+		return nil, errors.Wrap(err, "creating the default secret's namespace")
+	}
+	if err := e.StartManager(ctx, opts); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+type runningManager struct {
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// StartManager starts the provider's manager with opts (the stand-in's URL when
+// opts.IPAMAPIURL is empty). Only one runs at a time.
+func (e *Env) StartManager(ctx context.Context, opts manager.Options) error {
+	if e.mgr != nil {
+		return errors.New("a manager is already running")
+	}
+	if opts.IPAMAPIURL == "" {
+		opts.IPAMAPIURL = e.SimURL
+	}
+	wh := e.env.WebhookInstallOptions
+	mgr, err := ctrl.NewManager(e.Config, ctrl.Options{
+		Scheme:                 manager.NewScheme(),
+		Logger:                 e.Logs.logger(),
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		WebhookServer: webhook.NewServer(webhook.Options{
+			Host: wh.LocalServingHost, Port: wh.LocalServingPort, CertDir: wh.LocalServingCertDir,
+		}),
+	})
+	if err != nil {
+		return errors.Wrap(err, "creating the manager")
+	}
+	mctx, cancel := context.WithCancel(ctx)
+	if err := manager.Setup(mctx, mgr, opts); err != nil {
+		cancel()
+		return err
+	}
+	rm := &runningManager{cancel: cancel, done: make(chan error, 1)}
+	go func() { rm.done <- mgr.Start(mctx) }()
+	e.mgr = rm
+	// Wait until the webhook server answers, so tests do not race its start.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if err := mgr.GetWebhookServer().StartedChecker()(nil); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			return errors.New("the webhook server did not start")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !mgr.GetCache().WaitForCacheSync(mctx) {
+		return errors.New("the manager's cache did not sync")
+	}
+	return nil
+}
+
+// StopManager stops the manager as a crash would: at once, wherever its reconciles are.
+func (e *Env) StopManager() error {
+	if e.mgr == nil {
+		return nil
+	}
+	e.mgr.cancel()
+	err := <-e.mgr.done
+	e.mgr = nil
+	return err
+}
+
+// Stop stops everything.
+func (e *Env) Stop() error {
+	_ = e.StopManager()
+	e.httpSrv.Close()
+	return e.env.Stop()
+}
