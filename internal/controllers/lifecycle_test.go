@@ -1,0 +1,191 @@
+package controllers_test
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi/sim"
+)
+
+// restartManager stops the manager as a crash would and starts a new one.
+func restartManager(t *testing.T) {
+	t.Helper()
+	g := NewWithT(t)
+	g.Expect(env.StopManager()).To(Succeed())
+	g.Expect(env.StartManager(ctx, mgrOpts)).To(Succeed())
+}
+
+func pendingOf(t *testing.T, claim *ipamv1.IPAddressClaim) string {
+	c := &ipamv1.IPAddressClaim{}
+	NewWithT(t).Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(claim), c)).To(Succeed())
+	return c.Annotations[ipamv1alpha1.PendingRegistrationAnnotation]
+}
+
+// The IPAM-API registers the address, but its answer never reaches the manager, which
+// then dies: the restarted manager must find the same registration, not make a second.
+func TestCrashBetweenAnswerAndIPAddressLeavesOneRegistration(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	pool := newPool(t, ns.Name, "pool", routedPool("inet", ipamv1alpha1.IPv4))
+	env.Sim.SetFaultRoutes(sim.RouteRegister)
+	g.Expect(env.Sim.DropNext(sim.DropAfter, 1)).To(Succeed())
+	t.Cleanup(env.Sim.ClearFaults)
+
+	claim := newClaim(t, ns.Name, "crash", pool.Name, nil)
+	me := sim.ServiceRef{ServiceName: "crash", NamespaceID: string(ns.UID), ClusterID: uidOf(t, "kube-system")}
+	g.Eventually(func() []sim.Registration { return env.Sim.HeldBy(me) }, eventually, poll).Should(HaveLen(1),
+		"the stand-in must have registered the address although the answer was dropped")
+	readyCondition(t, claim, metav1.ConditionFalse, "AllocationFailed")
+	g.Expect(pendingOf(t, claim)).To(ContainSubstring(`"serviceName":"crash"`), "the registration was recorded before it was sent")
+	registered := env.Sim.HeldBy(me)[0].Address
+
+	restartManager(t)
+
+	addr := boundAddress(t, claim)
+	g.Expect(addr.Spec.Address + "/32").To(Equal(registered))
+	g.Expect(env.Sim.HeldBy(me)).To(HaveLen(1), "no second address after the restart")
+	g.Expect(env.Sim.Stats().OverlappingRegistrations).To(BeZero())
+}
+
+// The answer is lost and the claim is deleted before it ever got an IPAddress: the
+// registration must still be released.
+func TestCrashThenDeleteReleasesPendingRegistration(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	pool := newPool(t, ns.Name, "pool", routedPool("inet", ipamv1alpha1.IPv4))
+	env.Sim.SetFaultRoutes(sim.RouteRegister)
+	g.Expect(env.Sim.DropNext(sim.DropAfter, 1)).To(Succeed())
+	t.Cleanup(env.Sim.ClearFaults)
+
+	claim := newClaim(t, ns.Name, "doomed", pool.Name, nil)
+	me := sim.ServiceRef{ServiceName: "doomed", NamespaceID: string(ns.UID), ClusterID: uidOf(t, "kube-system")}
+	g.Eventually(func() []sim.Registration { return env.Sim.HeldBy(me) }, eventually, poll).Should(HaveLen(1))
+	g.Expect(env.StopManager()).To(Succeed())
+	g.Expect(env.Client.Delete(ctx, claim)).To(Succeed())
+	g.Expect(env.StartManager(ctx, mgrOpts)).To(Succeed())
+
+	deleteAndWait(t, claim)
+	regs := env.Sim.HeldBy(me)
+	g.Expect(regs).To(HaveLen(1))
+	g.Expect(regs[0].Holders[0].ExpiresAt).NotTo(BeNil(), "the pending registration was released")
+	env.Sim.Sweep()
+	g.Expect(env.Sim.HeldBy(me)).To(BeEmpty())
+}
+
+func TestPausedClusterIsNotTouched(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	cluster := &clusterv1.Cluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "workload"},
+		Spec:       clusterv1.ClusterSpec{Paused: ptr.To(true)},
+	}
+	g.Expect(env.Client.Create(ctx, cluster)).To(Succeed())
+	pool := newPool(t, ns.Name, "pool", routedPool("inet", ipamv1alpha1.IPv4))
+	claim := &ipamv1.IPAddressClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "paused-node"},
+		Spec: ipamv1.IPAddressClaimSpec{ClusterName: "workload", PoolRef: ipamv1.IPPoolReference{
+			APIGroup: ipamv1alpha1.GroupVersion.Group, Kind: ipamv1alpha1.VitistackIPPoolKind, Name: pool.Name,
+		}},
+	}
+	g.Expect(env.Client.Create(ctx, claim)).To(Succeed())
+	me := sim.ServiceRef{ServiceName: "paused-node", NamespaceID: string(ns.UID), ClusterID: uidOf(t, "kube-system")}
+	g.Consistently(func(g Gomega) {
+		c := &ipamv1.IPAddressClaim{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(claim), c)).To(Succeed())
+		g.Expect(c.Finalizers).To(BeEmpty())
+		g.Expect(c.Status.AddressRef.Name).To(BeEmpty())
+		g.Expect(env.Sim.HeldBy(me)).To(BeEmpty())
+	}, 2*time.Second, 100*time.Millisecond).Should(Succeed())
+
+	patch := client.MergeFrom(cluster.DeepCopy())
+	cluster.Spec.Paused = ptr.To(false)
+	g.Expect(env.Client.Patch(ctx, cluster, patch)).To(Succeed())
+	boundAddress(t, claim)
+	g.Expect(env.Sim.HeldBy(me)).To(HaveLen(1))
+}
+
+func TestManyClaimsBindWithoutDuplicates(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	pool := &ipamv1alpha1.GlobalVitistackIPPool{
+		ObjectMeta: metav1.ObjectMeta{Name: "burst-" + ns.Name},
+		Spec:       routedPool("hnet-private", ipamv1alpha1.IPv4),
+	}
+	g.Expect(env.Client.Create(ctx, pool)).To(Succeed())
+	// A little latency between lookup and commit, so overlapping registrations would
+	// really leak (as on the real server) if the provider ever sent them.
+	g.Expect(env.Sim.SetLatency(2*time.Millisecond, 3*time.Millisecond)).To(Succeed())
+	t.Cleanup(env.Sim.ClearFaults)
+	before := env.Sim.Stats().OverlappingRegistrations
+
+	const n = 200
+	var wg sync.WaitGroup
+	claims := make([]*ipamv1.IPAddressClaim, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			claims[i] = createClaim(t, ns.Name, fmt.Sprintf("node-%03d", i), ipamv1alpha1.GlobalVitistackIPPoolKind, pool.Name, nil)
+		}()
+	}
+	wg.Wait()
+
+	seen := map[string]string{}
+	g.Eventually(func(g Gomega) {
+		list := &ipamv1.IPAddressList{}
+		g.Expect(env.Client.List(ctx, list, client.InNamespace(ns.Name))).To(Succeed())
+		g.Expect(list.Items).To(HaveLen(n))
+	}, 2*time.Minute, 200*time.Millisecond).Should(Succeed())
+	for _, c := range claims {
+		addr := boundAddress(t, c)
+		g.Expect(seen).NotTo(HaveKey(addr.Spec.Address), "address %s handed out twice", addr.Spec.Address)
+		seen[addr.Spec.Address] = c.Name
+		g.Expect(netip.MustParsePrefix("10.0.0.0/8").Contains(netip.MustParseAddr(addr.Spec.Address))).To(BeTrue())
+	}
+	// The stand-in agrees: n registrations for this namespace, one holder each.
+	held := 0
+	for _, r := range env.Sim.Registrations() {
+		for _, h := range r.Holders {
+			if h.NamespaceID == string(ns.UID) {
+				held++
+				g.Expect(r.Holders).To(HaveLen(1))
+				g.Expect(seen).To(HaveKey(strings.TrimSuffix(r.Address, "/32")))
+			}
+		}
+	}
+	g.Expect(held).To(Equal(n))
+	g.Expect(env.Sim.Stats().OverlappingRegistrations - before).To(BeZero(), "two registrations of one identity were in flight at once")
+
+	// The pool counts them.
+	g.Eventually(func() *int32 {
+		_ = env.Client.Get(ctx, client.ObjectKeyFromObject(pool), pool)
+		return pool.Status.AddressesInUse
+	}, eventually, poll).Should(Equal(ptr.To[int32](n)))
+}
+
+// Two claims given the same IPAM-API identity would get the same address from the
+// IPAM-API; the second is refused instead.
+func TestDuplicateIdentityIsRefused(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	pool := newPool(t, ns.Name, "pool", routedPool("inet", ipamv1alpha1.IPv4))
+	a := newClaim(t, ns.Name, "a", pool.Name, map[string]string{"ipam.vitistack.io/service-name": "same"})
+	boundAddress(t, a)
+	b := newClaim(t, ns.Name, "b", pool.Name, map[string]string{"ipam.vitistack.io/service-name": "same"})
+	cond := readyCondition(t, b, metav1.ConditionFalse, "AllocationFailed")
+	g.Expect(cond.Message).To(ContainSubstring("already used by IPAddress " + ns.Name + "/a"))
+	hasEvent(t, b, corev1.EventTypeWarning, "IdentityInUse", "ipam.vitistack.io/service-name")
+}
