@@ -1,0 +1,281 @@
+package ipamapi_test
+
+import (
+	"context"
+	"encoding/pem"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi/sim"
+)
+
+const secret = ipamapi.Secret("top-secret-value-0001")
+
+func standIn(t *testing.T) (*sim.Server, *ipamapi.HTTPClient) {
+	t.Helper()
+	s := sim.New(sim.Config{})
+	srv := httptest.NewServer(s)
+	t.Cleanup(srv.Close)
+	c, err := ipamapi.NewClient(srv.URL, ipamapi.Options{Timeout: time.Second})
+	NewWithT(t).Expect(err).NotTo(HaveOccurred())
+	return s, c
+}
+
+func req(name, zone string, family ipamapi.Family, address string) ipamapi.Request {
+	return ipamapi.Request{Secret: secret, Zone: zone, Family: family, Address: address,
+		Identity: ipamapi.Identity{ServiceName: name, NamespaceID: "ns-uid", ClusterID: "cluster-uid"}}
+}
+
+// expectClass asserts the error's class and that the secret is not in its text.
+func expectClass(g Gomega, err error, class ipamapi.Class, text string) {
+	g.ExpectWithOffset(1, err).To(HaveOccurred())
+	g.ExpectWithOffset(1, ipamapi.ClassOf(err)).To(Equal(class), err.Error())
+	g.ExpectWithOffset(1, err.Error()).To(ContainSubstring(text))
+	g.ExpectWithOffset(1, err.Error()).NotTo(ContainSubstring(secret.Value()))
+	g.ExpectWithOffset(1, fmt.Sprintf("%+v %#v", err, err)).NotTo(ContainSubstring(secret.Value()))
+}
+
+func TestRegisterAndRelease(t *testing.T) {
+	g := NewWithT(t)
+	s, c := standIn(t)
+
+	res, err := c.Register(context.Background(), req("a", "inet", ipamapi.FamilyIPv4, ""))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res).To(Equal(&ipamapi.Response{Message: "Address registered successfully", Address: "83.118.168.0/32"}))
+	g.Expect(res.Updated()).To(BeFalse())
+
+	again, err := c.Register(context.Background(), req("a", "inet", ipamapi.FamilyIPv4, ""))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(again.Address).To(Equal(res.Address))
+	g.Expect(again.Updated()).To(BeTrue())
+
+	// A bare address is sent in the stored CIDR form, so the release finds it.
+	rel, err := c.Release(context.Background(), req("a", "inet", ipamapi.FamilyIPv4, "83.118.168.0"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(rel.Message).To(Equal("Service expiration set successfully"))
+	g.Expect(s.Holders("83.118.168.0/32")[0].ExpiresAt).NotTo(BeNil())
+
+	// IPv6 with an explicit bare address.
+	v6, err := c.Register(context.Background(), req("b", "inet", ipamapi.FamilyIPv6, "2a05:1234::42"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(v6.Address).To(Equal("2a05:1234::42/128"))
+}
+
+func TestErrorClasses(t *testing.T) {
+	ctx := context.Background()
+	g := NewWithT(t)
+	s, c := standIn(t)
+
+	_, err := c.Register(ctx, req("v", "nowhere", ipamapi.FamilyIPv4, ""))
+	expectClass(g, err, ipamapi.ClassValidation, "HTTP 400: invalid zone 'nowhere', must be one of: 'inet', 'hnet-private', 'hnet-public'")
+
+	short := req("v", "inet", ipamapi.FamilyIPv4, "")
+	short.Secret = "short"
+	_, err = c.Register(ctx, short)
+	expectClass(g, err, ipamapi.ClassValidation, "failed on the 'min' tag")
+
+	_, err = c.Release(ctx, req("nobody", "inet", ipamapi.FamilyIPv4, "83.118.170.1"))
+	expectClass(g, err, ipamapi.ClassNotHeld, "HTTP 404: Could not deregister service: no matching address found with the provivded secret")
+	g.Expect(ipamapi.IsNotHeld(err)).To(BeTrue())
+
+	_, err = c.Register(ctx, req("owner", "inet", ipamapi.FamilyIPv4, "83.118.170.2"))
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = c.Release(ctx, req("not-a-holder", "inet", ipamapi.FamilyIPv4, "83.118.170.2"))
+	expectClass(g, err, ipamapi.ClassNotHeld, "service does not exist for this address")
+
+	other := req("thief", "inet", ipamapi.FamilyIPv4, "83.118.170.2")
+	other.Secret = "another-secret-value"
+	_, err = c.Register(ctx, other)
+	expectClass(g, err, ipamapi.ClassWrongSecret, "HTTP 500: Could not register address: no matching address found with the provided secret, zone and address")
+
+	_, err = c.Register(ctx, req("far", "inet", ipamapi.FamilyIPv4, "8.8.8.8"))
+	expectClass(g, err, ipamapi.ClassNotInZone, "the requested address is not valid for the provided zone")
+
+	s.SetExhausted("hnet-public", "ipv4", true)
+	_, err = c.Register(ctx, req("full", "hnet-public", ipamapi.FamilyIPv4, ""))
+	expectClass(g, err, ipamapi.ClassExhausted, "no available prefix found for zone hnet-public_v4")
+	g.Expect(ipamapi.IsExhausted(err)).To(BeTrue())
+
+	_, err = c.Register(ctx, req("sharer", "inet", ipamapi.FamilyIPv4, "83.118.170.2"))
+	g.Expect(err).NotTo(HaveOccurred())
+	rotate := req("owner", "inet", ipamapi.FamilyIPv4, "83.118.170.2")
+	rotate.NewSecret = "a-brand-new-secret"
+	_, err = c.Register(ctx, rotate)
+	expectClass(g, err, ipamapi.ClassRotationRefused, "multiple services registered. unable to change secret")
+	g.Expect(err.Error()).NotTo(ContainSubstring("a-brand-new-secret"))
+
+	g.Expect(s.FailNext(1, http.StatusBadGateway, "<html>bad gateway</html>")).To(Succeed())
+	_, err = c.Register(ctx, req("x", "inet", ipamapi.FamilyIPv4, ""))
+	expectClass(g, err, ipamapi.ClassTransient, "HTTP 502")
+	g.Expect(ipamapi.IsTransient(err)).To(BeTrue())
+
+	g.Expect(s.FailNext(1, http.StatusInternalServerError, `{"message":"Could not register address: failed to save address: mongo down"}`)).To(Succeed())
+	_, err = c.Register(ctx, req("x", "inet", ipamapi.FamilyIPv4, ""))
+	expectClass(g, err, ipamapi.ClassTransient, "failed to save address")
+
+	s.SetDown(true)
+	_, err = c.Register(ctx, req("x", "inet", ipamapi.FamilyIPv4, ""))
+	expectClass(g, err, ipamapi.ClassTransient, "IPAM-API register failed")
+	s.SetDown(false)
+
+	g.Expect(s.SetLatency(1500*time.Millisecond, 0)).To(Succeed())
+	_, err = c.Register(ctx, req("slow", "inet", ipamapi.FamilyIPv4, ""))
+	expectClass(g, err, ipamapi.ClassTransient, "no answer within 1s (the request may still complete on the server)")
+	var apiErr *ipamapi.Error
+	g.Expect(errorsAs(err, &apiErr)).To(BeTrue())
+	g.Expect(apiErr.Unknown).To(BeTrue())
+	s.ClearFaults()
+}
+
+func errorsAs(err error, target **ipamapi.Error) bool {
+	e, ok := err.(*ipamapi.Error) //nolint:errorlint // the client returns *Error unwrapped
+	*target = e
+	return ok
+}
+
+// The catch-all page answers every wrong URL with 200 text/html: that is an error.
+func TestWrongEndpointIsAnError(t *testing.T) {
+	g := NewWithT(t)
+	s := sim.New(sim.Config{})
+	srv := httptest.NewServer(s)
+	defer srv.Close()
+	c, err := ipamapi.NewClient(srv.URL+"/api", ipamapi.Options{})
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = c.Register(context.Background(), req("a", "inet", ipamapi.FamilyIPv4, ""))
+	expectClass(g, err, ipamapi.ClassUnexpectedResponse, "the answer is not the IPAM-API's JSON (text/html")
+	g.Expect(err.Error()).To(ContainSubstring("check the endpoint URL"))
+
+	// A trailing /v2 on the endpoint is accepted.
+	c, err = ipamapi.NewClient(srv.URL+"/v2/", ipamapi.Options{})
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = c.Register(context.Background(), req("a", "inet", ipamapi.FamilyIPv4, ""))
+	g.Expect(err).NotTo(HaveOccurred())
+
+	_, err = ipamapi.NewClient("ipam-api.vitistack.io", ipamapi.Options{})
+	g.Expect(err).To(MatchError(ContainSubstring("is not an http:// or https:// URL")))
+}
+
+// Connections are reused: many sequential requests open few connections.
+func TestKeepAlive(t *testing.T) {
+	g := NewWithT(t)
+	s := sim.New(sim.Config{})
+	srv := httptest.NewUnstartedServer(s)
+	var mu sync.Mutex
+	conns := 0
+	srv.Config.ConnContext = func(ctx context.Context, _ net.Conn) context.Context {
+		mu.Lock()
+		conns++
+		mu.Unlock()
+		return ctx
+	}
+	srv.Start()
+	defer srv.Close()
+	c, err := ipamapi.NewClient(srv.URL, ipamapi.Options{})
+	g.Expect(err).NotTo(HaveOccurred())
+	for i := range 50 {
+		_, err := c.Register(context.Background(), req(fmt.Sprintf("svc-%d", i), "inet", ipamapi.FamilyIPv4, ""))
+		g.Expect(err).NotTo(HaveOccurred())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	g.Expect(conns).To(Equal(1))
+}
+
+func TestTLSWithCustomCA(t *testing.T) {
+	g := NewWithT(t)
+	srv := httptest.NewTLSServer(sim.New(sim.Config{}))
+	defer srv.Close()
+	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+
+	// Without the CA the server is not trusted.
+	c, err := ipamapi.NewClient(srv.URL, ipamapi.Options{})
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = c.Register(context.Background(), req("a", "inet", ipamapi.FamilyIPv4, ""))
+	expectClass(g, err, ipamapi.ClassTransient, "certificate")
+
+	c, err = ipamapi.NewClient(srv.URL, ipamapi.Options{CABundle: caPEM})
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = c.Register(context.Background(), req("a", "inet", ipamapi.FamilyIPv4, ""))
+	g.Expect(err).NotTo(HaveOccurred())
+
+	_, err = ipamapi.NewClient(srv.URL, ipamapi.Options{CABundle: []byte("not pem")})
+	g.Expect(err).To(MatchError(ContainSubstring("no PEM certificate")))
+}
+
+// The serialised client never lets two registrations of one identity be in flight,
+// and holds an identity back after a registration whose outcome is unknown.
+func TestSerializedClient(t *testing.T) {
+	g := NewWithT(t)
+	s, hc := standIn(t)
+	c := ipamapi.NewSerialized(hc, "sim", 3*time.Second)
+	g.Expect(s.SetLatency(200*time.Millisecond, 0)).To(Succeed())
+
+	var wg sync.WaitGroup
+	errs := make([]error, 8)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = c.Register(context.Background(), req("same", "inet", ipamapi.FamilyIPv4, ""))
+		}()
+	}
+	wg.Wait()
+	ok := 0
+	for _, err := range errs {
+		if err == nil {
+			ok++
+			continue
+		}
+		g.Expect(ipamapi.IsTransient(err)).To(BeTrue())
+		g.Expect(err.Error()).To(ContainSubstring("still in flight"))
+	}
+	g.Expect(ok).To(BeNumerically(">=", 1))
+	g.Expect(s.HeldBy(sim.ServiceRef{ServiceName: "same", NamespaceID: "ns-uid", ClusterID: "cluster-uid"})).To(HaveLen(1))
+	g.Expect(s.Stats().OverlappingRegistrations).To(BeZero())
+
+	// An answer lost after the server registered: the identity is held back.
+	s.ClearFaults()
+	g.Expect(s.DropNext(sim.DropAfter, 1)).To(Succeed())
+	_, err := c.Register(context.Background(), req("lost", "inet", ipamapi.FamilyIPv4, ""))
+	g.Expect(ipamapi.IsTransient(err)).To(BeTrue())
+	_, err = c.Register(context.Background(), req("lost", "inet", ipamapi.FamilyIPv4, ""))
+	g.Expect(err).To(MatchError(ContainSubstring("ended without an answer; waiting until")))
+	// Other identities are not held back.
+	_, err = c.Register(context.Background(), req("other", "inet", ipamapi.FamilyIPv4, ""))
+	g.Expect(err).NotTo(HaveOccurred())
+}
+
+func TestCanonicalCIDR(t *testing.T) {
+	for in, want := range map[string]string{
+		"10.0.0.1": "10.0.0.1/32", "10.0.0.1/32": "10.0.0.1/32", " 2a05:1234::1 ": "2a05:1234::1/128",
+		"2A05:1234:0::1/128": "2a05:1234::1/128",
+	} {
+		got, err := ipamapi.CanonicalCIDR(in)
+		NewWithT(t).Expect(err).NotTo(HaveOccurred())
+		NewWithT(t).Expect(got).To(Equal(want), in)
+	}
+	for _, bad := range []string{"10.0.0.0/24", "nope", "10.0.0.1/33", "fe80::1%eth0"} {
+		_, err := ipamapi.CanonicalCIDR(bad)
+		NewWithT(t).Expect(err).To(HaveOccurred(), bad)
+	}
+}
+
+func TestSecretNeverPrints(t *testing.T) {
+	g := NewWithT(t)
+	r := req("a", "inet", ipamapi.FamilyIPv4, "")
+	r.NewSecret = "new-secret-value-99"
+	for _, s := range []string{fmt.Sprintf("%v", r), fmt.Sprintf("%+v", r), fmt.Sprintf("%#v", r), fmt.Sprint(r.Secret)} {
+		g.Expect(s).NotTo(ContainSubstring(secret.Value()))
+		g.Expect(s).NotTo(ContainSubstring("new-secret-value-99"))
+	}
+	g.Expect(strings.Contains(fmt.Sprintf("%s", r.Secret), "redacted")).To(BeTrue())
+}
