@@ -319,12 +319,19 @@ func (h *ClaimHandler) checkIdentityFree(ctx context.Context, reg *registration)
 }
 
 func (h *ClaimHandler) recordPending(ctx context.Context, reg *registration) error {
+	// Patch a copy: ipamutil patches h.claim at the end of the reconcile, and a changed
+	// resourceVersion in it would make that patch conflict.
+	claim := h.claim.DeepCopy()
 	patch := client.MergeFrom(h.claim.DeepCopy())
-	if h.claim.Annotations == nil {
-		h.claim.Annotations = map[string]string{}
+	if claim.Annotations == nil {
+		claim.Annotations = map[string]string{}
 	}
-	h.claim.Annotations[ipamv1alpha1.PendingRegistrationAnnotation] = reg.pendingJSON()
-	return errors.Wrap(h.Client.Patch(ctx, h.claim, patch), "recording the pending registration on the claim")
+	claim.Annotations[ipamv1alpha1.PendingRegistrationAnnotation] = reg.pendingJSON()
+	if err := h.Client.Patch(ctx, claim, patch); err != nil {
+		return errors.Wrap(err, "recording the pending registration on the claim")
+	}
+	h.claim.Annotations = claim.Annotations
+	return nil
 }
 
 // connect resolves the client and the secret for a registration. Failures become the
