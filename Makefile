@@ -116,3 +116,22 @@ tools: $(CONTROLLER_GEN) $(GOLANGCI_LINT) $(KUSTOMIZE) $(CLUSTERCTL) test-assets
 .PHONY: clean
 clean: ## Remove build output (keeps the cached tools in bin/).
 	rm -rf out
+
+##@ Running locally
+
+.PHONY: run-sim
+run-sim: ## Run the IPAM-API stand-in on 127.0.0.1:3000 (state in out/ipam-api-sim.json).
+	mkdir -p out
+	go run ./cmd/ipam-api-sim --listen 127.0.0.1:3000 --state-file out/ipam-api-sim.json --debug-listen 127.0.0.1:3001
+
+.PHONY: install-crds
+install-crds: ## Apply the CAPI IPAM CRDs and this provider's CRDs to the current KUBECONFIG.
+	kubectl apply -f $$(go list -m -f '{{.Dir}}' sigs.k8s.io/cluster-api)/config/crd/bases/ipam.cluster.x-k8s.io_ipaddressclaims.yaml \
+		-f $$(go list -m -f '{{.Dir}}' sigs.k8s.io/cluster-api)/config/crd/bases/ipam.cluster.x-k8s.io_ipaddresses.yaml \
+		-f $$(go list -m -f '{{.Dir}}' sigs.k8s.io/cluster-api)/config/crd/bases/cluster.x-k8s.io_clusters.yaml
+	kubectl apply -k config/crd
+
+.PHONY: run
+run: ## Run the manager against the current KUBECONFIG and the stand-in, without webhooks.
+	go run ./cmd/manager --ipam-api-url http://127.0.0.1:3000 --enable-webhooks=false \
+		--default-secret-namespace default --insecure-diagnostics --diagnostics-address 127.0.0.1:8080

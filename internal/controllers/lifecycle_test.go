@@ -167,7 +167,7 @@ func TestManyClaimsBindWithoutDuplicates(t *testing.T) {
 		}
 	}
 	g.Expect(held).To(Equal(n))
-	g.Expect(env.Sim.Stats().OverlappingRegistrations - before).To(BeZero(), "two registrations of one identity were in flight at once")
+	g.Expect(env.Sim.Stats().OverlappingRegistrations-before).To(BeZero(), "two registrations of one identity were in flight at once")
 
 	// The pool counts them.
 	g.Eventually(func() *int32 {

@@ -209,7 +209,7 @@ func (r *PoolReconciler) addressesInUse(ctx context.Context, pool ipamv1alpha1.P
 	if err := r.Adapter.Client.List(ctx, list, opts...); err != nil {
 		return 0, errors.Wrap(err, "listing the pool's IPAddresses")
 	}
-	return int32(len(list.Items)), nil //nolint:gosec // a count of objects
+	return int32(len(list.Items)), nil
 }
 
 func (r *PoolReconciler) setReady(pool ipamv1alpha1.Pool, status metav1.ConditionStatus, reason, msg string) {

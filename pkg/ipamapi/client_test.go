@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -277,5 +276,5 @@ func TestSecretNeverPrints(t *testing.T) {
 		g.Expect(s).NotTo(ContainSubstring(secret.Value()))
 		g.Expect(s).NotTo(ContainSubstring("new-secret-value-99"))
 	}
-	g.Expect(strings.Contains(fmt.Sprintf("%s", r.Secret), "redacted")).To(BeTrue())
+	g.Expect(r.Secret.String()).To(Equal("[redacted]"))
 }

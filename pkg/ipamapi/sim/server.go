@@ -316,7 +316,8 @@ func (s *Server) register(r *http.Request, latency time.Duration) response {
 		stored, reason = s.allocate(req, sec)
 		answer, msg = stored, msgRegistered
 	case caseC:
-		stored, reason = s.claim(req, sec)
+		// Case C answers with the address as requested (bare stays bare), whatever it stored.
+		_, reason = s.claim(req, sec)
 		answer, msg = req.Address, msgRegistered
 	default:
 		stored, reason = s.update(req, sec, address)
