@@ -135,3 +135,7 @@ install-crds: ## Apply the CAPI IPAM CRDs and this provider's CRDs to the curren
 run: ## Run the manager against the current KUBECONFIG and the stand-in, without webhooks.
 	go run ./cmd/manager --ipam-api-url http://127.0.0.1:3000 --enable-webhooks=false \
 		--default-secret-namespace default --insecure-diagnostics --diagnostics-address 127.0.0.1:8080
+
+.PHONY: bench
+bench: test-assets ## Benchmarks on a real control plane with the stand-in (not part of make test).
+	go test ./test/bench/ -run '^$$' -bench . -benchtime 20x -count 1
