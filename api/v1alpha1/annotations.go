@@ -35,6 +35,10 @@ const (
 	DefaultSecretName = "default"
 )
 
+// SecretInUseFinalizer is put on every Secret whose value owns registered addresses, so
+// that the Secret (and the namespace it is in) stays until those addresses are released.
+const SecretInUseFinalizer = "ipam.vitistack.io/secret-in-use"
+
 // Labels the provider writes on IPAddresses. With the Registered* annotations they are
 // the registration record: zone and family are read back from these labels.
 const (
@@ -73,7 +77,10 @@ const (
 	// RegisteredDenyExternalCleanupAnnotation is the deny_external_cleanup sent with it.
 	RegisteredDenyExternalCleanupAnnotation = annotationPrefix + "registered-deny-external-cleanup"
 
-	// PendingRegistrationAnnotation on a claim holds, as JSON, the registration the
-	// provider is about to send or has sent without having created the IPAddress yet.
-	PendingRegistrationAnnotation = annotationPrefix + "pending-registration"
+	// RegistrationAnnotation on a claim holds, as JSON, the claim's registration in the
+	// IPAM-API: written before the first request is sent (so a restart finds it), and
+	// completed with the address once the IPAM-API has answered. It lets a deleted claim
+	// be released even if its IPAddress was never created, and a claim whose IPAddress
+	// disappeared get the same address back.
+	RegistrationAnnotation = annotationPrefix + "registration"
 )

@@ -172,6 +172,7 @@ type VitistackIPPoolStatus struct {
 // +kubebuilder:printcolumn:name="Ready",type="string",JSONPath=".status.conditions[?(@.type=='Ready')].status",description="Whether the pool can serve claims"
 // +kubebuilder:printcolumn:name="Reason",type="string",JSONPath=".status.conditions[?(@.type=='Ready')].reason",priority=1,description="Why the pool is (not) ready"
 // +kubebuilder:printcolumn:name="Age",type="date",JSONPath=".metadata.creationTimestamp",description="Time since creation"
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 63",message="metadata.name must be at most 63 characters: it is written into the ipam.vitistack.io/pool-name label of every IPAddress"
 
 // VitistackIPPool is a namespaced pool of addresses from the vitistack IPAM-API. It
 // serves IPAddressClaims in its own namespace.
@@ -215,6 +216,7 @@ type VitistackIPPoolList struct {
 // +kubebuilder:printcolumn:name="Ready",type="string",JSONPath=".status.conditions[?(@.type=='Ready')].status",description="Whether the pool can serve claims"
 // +kubebuilder:printcolumn:name="Reason",type="string",JSONPath=".status.conditions[?(@.type=='Ready')].reason",priority=1,description="Why the pool is (not) ready"
 // +kubebuilder:printcolumn:name="Age",type="date",JSONPath=".metadata.creationTimestamp",description="Time since creation"
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 63",message="metadata.name must be at most 63 characters: it is written into the ipam.vitistack.io/pool-name label of every IPAddress"
 
 // GlobalVitistackIPPool is a cluster-scoped pool of addresses from the vitistack
 // IPAM-API. It serves IPAddressClaims from every namespace (for example Services).

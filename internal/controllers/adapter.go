@@ -2,11 +2,14 @@ package controllers
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/pkg/errors"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -22,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"sigs.k8s.io/cluster-api-ipam-provider-in-cluster/pkg/ipamutil"
 	ipampredicates "sigs.k8s.io/cluster-api-ipam-provider-in-cluster/pkg/predicates"
@@ -38,7 +42,9 @@ import (
 // +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=clusters,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=secrets;configmaps,verbs=get
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=create
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=create;patch;update
+// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
@@ -59,6 +65,96 @@ type ProviderAdapter struct {
 
 	clusterIDOnce sync.Mutex
 	kubeSystemUID string
+
+	mu sync.Mutex
+	// reserved maps a holder key to the claim that registers it in this process, so two
+	// claims never use one identity even before the cache shows the other's record.
+	reserved map[string]reservation
+	// answered holds, per claim, the attempt whose outcome this process has seen.
+	answered map[types.UID]time.Time
+	// wake re-queues a claim at a chosen time (ipamutil keeps no result on errors).
+	wake chan event.GenericEvent
+}
+
+// wakeAt re-queues the claim at t, besides the back-off of the error it returns now.
+func (a *ProviderAdapter) wakeAt(claim client.Object, t time.Time) {
+	obj := claim.DeepCopyObject().(client.Object)
+	time.AfterFunc(time.Until(t)+10*time.Millisecond, func() {
+		select {
+		case a.wake <- event.GenericEvent{Object: obj}:
+		default: // full: the error's back-off re-queues it anyway
+		}
+	})
+}
+
+type reservation struct {
+	uid  types.UID
+	name types.NamespacedName
+}
+
+// reserve claims key for a claim. It fails, naming the other claim, when a claim that
+// still exists holds it.
+func (a *ProviderAdapter) reserve(ctx context.Context, key string, claim client.Object) (string, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.reserved == nil {
+		a.reserved = map[string]reservation{}
+	}
+	if other, ok := a.reserved[key]; ok && other.uid != claim.GetUID() {
+		c := &ipamv1.IPAddressClaim{}
+		err := a.Client.Get(ctx, other.name, c)
+		if err == nil && c.UID == other.uid || err != nil && !apierrors.IsNotFound(err) {
+			return other.name.String(), false
+		}
+	}
+	a.reserved[key] = reservation{uid: claim.GetUID(), name: client.ObjectKeyFromObject(claim)}
+	return "", true
+}
+
+// unreserve forgets what this process knows about a claim.
+func (a *ProviderAdapter) unreserve(key string, uid types.UID) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.reserved[key].uid == uid {
+		delete(a.reserved, key)
+	}
+	delete(a.answered, uid)
+}
+
+// sawAnswer records that the outcome of a claim's attempt is known.
+func (a *ProviderAdapter) sawAnswer(uid types.UID, attempt time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.answered == nil {
+		a.answered = map[types.UID]time.Time{}
+	}
+	a.answered[uid] = attempt
+}
+
+// mayStillBeInFlight reports until when an earlier attempt of the claim, whose outcome
+// this process has not seen (it timed out, or another process or an earlier run of this
+// one sent it), may still be carried out by the IPAM-API.
+func (a *ProviderAdapter) mayStillBeInFlight(uid types.UID, attempt time.Time) (time.Time, bool) {
+	if attempt.IsZero() {
+		return time.Time{}, false
+	}
+	a.mu.Lock()
+	seen, ok := a.answered[uid]
+	a.mu.Unlock()
+	if ok && seen.Equal(attempt) {
+		return time.Time{}, false
+	}
+	until := attempt.Add(a.quarantine())
+	return until, time.Now().Before(until)
+}
+
+// quarantine is how long a registration without an answer may still complete.
+func (a *ProviderAdapter) quarantine() time.Duration {
+	t := a.Config.RequestTimeout
+	if t <= 0 {
+		t = 10 * time.Second
+	}
+	return 2 * t
 }
 
 var _ ipamutil.ProviderAdapter = &ProviderAdapter{}
@@ -74,11 +170,12 @@ func (a *ProviderAdapter) SetupWithManager(_ context.Context, b *ctrl.Builder) e
 		claimKinds = append(claimKinds, ipampredicates.ClaimReferencesPoolKind(gk))
 		addressKinds = append(addressKinds, ipampredicates.AddressReferencesPoolKind(gk))
 	}
+	a.wake = make(chan event.GenericEvent, 1024)
 	workers := a.Config.MaxConcurrentReconciles
 	if workers < 1 {
 		workers = 1
 	}
-	b.For(&ipamv1.IPAddressClaim{}, builder.WithPredicates(predicate.Or(claimKinds...))).
+	b.For(&ipamv1.IPAddressClaim{}, builder.WithPredicates(predicate.Or(claimKinds...), claimChanged())).
 		WithOptions(controller.Options{
 			// Different claims are different identities, which the IPAM-API allocates
 			// safely in parallel; controller-runtime never reconciles one claim twice at once.
@@ -87,6 +184,7 @@ func (a *ProviderAdapter) SetupWithManager(_ context.Context, b *ctrl.Builder) e
 			RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](250*time.Millisecond, 5*time.Minute),
 		}).
 		Owns(&ipamv1.IPAddress{}, builder.WithPredicates(predicate.Or(addressKinds...))).
+		WatchesRawSource(source.Channel(a.wake, &handler.EnqueueRequestForObject{})).
 		Watches(&ipamv1alpha1.VitistackIPPool{}, handler.EnqueueRequestsFromMapFunc(a.waitingClaims(ipamv1alpha1.VitistackIPPoolKind)),
 			builder.WithPredicates(poolBecameUsable())).
 		Watches(&ipamv1alpha1.GlobalVitistackIPPool{}, handler.EnqueueRequestsFromMapFunc(a.waitingClaims(ipamv1alpha1.GlobalVitistackIPPoolKind)),
@@ -119,6 +217,29 @@ func (a *ProviderAdapter) waitingClaims(kind string) handler.MapFunc {
 		}
 		return reqs
 	}
+}
+
+// claimChanged drops updates that change only a claim's status (its conditions, which
+// this provider writes itself), so a failing claim is retried with back-off, not at once.
+func claimChanged() predicate.Predicate {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, n := e.ObjectOld, e.ObjectNew
+			return o.GetGeneration() != n.GetGeneration() ||
+				!maps.Equal(userAnnotations(o), userAnnotations(n)) ||
+				!maps.Equal(o.GetLabels(), n.GetLabels()) ||
+				!slices.Equal(o.GetFinalizers(), n.GetFinalizers()) ||
+				!o.GetDeletionTimestamp().Equal(n.GetDeletionTimestamp())
+		},
+	}
+}
+
+// userAnnotations are a claim's annotations without the registration record, which
+// the handler writes itself on every attempt.
+func userAnnotations(o client.Object) map[string]string {
+	m := maps.Clone(o.GetAnnotations())
+	delete(m, ipamv1alpha1.RegistrationAnnotation)
+	return m
 }
 
 // poolBecameUsable passes pool events after which waiting claims may succeed: a new

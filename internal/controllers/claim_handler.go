@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/pkg/errors"
 	corev1 "k8s.io/api/core/v1"
@@ -48,7 +49,11 @@ func (h *ClaimHandler) FetchPool(ctx context.Context) (client.Object, *ctrl.Resu
 		return nil, nil, reconcile.TerminalError(errors.Errorf("pool kind %q is not served by this provider", ref.Kind))
 	}
 	if err := h.Client.Get(ctx, key, pool); err != nil {
-		if apierrors.IsNotFound(err) && h.claim.DeletionTimestamp.IsZero() {
+		if !h.claim.DeletionTimestamp.IsZero() {
+			// Release works from the records alone; ipamutil releases only after NotFound.
+			return nil, nil, apierrors.NewNotFound(ipamv1alpha1.GroupVersion.WithResource(strings.ToLower(ref.Kind)+"s").GroupResource(), ref.Name)
+		}
+		if apierrors.IsNotFound(err) {
 			h.setReady(metav1.ConditionFalse, ipamv1.IPAddressClaimReadyPoolNotReadyReason,
 				fmt.Sprintf("%s %q not found: create it, or point spec.poolRef at an existing pool", ref.Kind, ref.Name))
 		}
@@ -59,79 +64,118 @@ func (h *ClaimHandler) FetchPool(ctx context.Context) (client.Object, *ctrl.Resu
 	return pool, nil, nil
 }
 
-// EnsureAddress implements ipamutil.ClaimHandler.
+// EnsureAddress implements ipamutil.ClaimHandler. ipamutil calls it inside
+// CreateOrPatch of the claim's IPAddress on every reconcile of a live claim.
 func (h *ClaimHandler) EnsureAddress(ctx context.Context, address *ipamv1.IPAddress) (*ctrl.Result, error) {
 	if address.Spec.Address != "" {
-		// Bound: the IPAddress exists and its spec is immutable. The IPAM-API is not
-		// asked again; the recorded registration stays authoritative.
-		delete(h.claim.Annotations, ipamv1alpha1.PendingRegistrationAnnotation)
-		h.setReady(metav1.ConditionTrue, ipamv1alpha1.ClaimReadyAllocatedReason,
-			fmt.Sprintf("Allocated %s", address.Spec.Address))
-		return nil, nil
+		return nil, h.bound(ctx, address)
 	}
 
-	reg, err := pendingFrom(h.claim.Annotations)
+	reg, err := claimRecord(h.claim.Annotations)
 	if err != nil {
-		return nil, h.fail(ctx, ipamv1.IPAddressClaimReadyAllocationFailedReason, err.Error(), "", err)
+		return nil, h.fail(ipamv1.IPAddressClaimReadyAllocationFailedReason, err.Error()+"; remove the annotation to start over", "", reconcile.TerminalError(err))
 	}
 	if reg == nil {
+		// Nothing sent yet: the claim's annotations, its pool and the flags decide.
 		if reg, err = h.desiredRegistration(ctx); err != nil {
 			return nil, h.failWith(err)
 		}
-		if err := h.checkIdentityFree(ctx, reg); err != nil {
-			return nil, err
-		}
-		// Record what is about to be registered before sending it, so that a restart at
-		// any point afterwards finds it, sends the same registration again (the IPAM-API
-		// answers it with the same address) or releases it when the claim is deleted.
-		if err := h.recordPending(ctx, reg); err != nil {
-			return nil, err
-		}
 	}
-
+	// A registered record without an IPAddress (it was lost, or the claim was restored
+	// or moved without it) is sent again with its address, never without.
+	if err := h.checkIdentityFree(ctx, reg); err != nil {
+		return nil, err
+	}
+	// Two requests without an address in flight at once would each allocate one (with
+	// an address they name the same one, so only those are held back).
+	if until, waiting := h.mayStillBeInFlight(h.claim.UID, reg.Attempt); waiting && reg.Address == "" {
+		msg := fmt.Sprintf("an earlier registration request may still be in flight in the IPAM-API; the next is sent after %s",
+			until.UTC().Format(time.RFC3339))
+		h.setReady(metav1.ConditionFalse, ipamv1.IPAddressClaimReadyAllocationFailedReason, msg)
+		h.wakeAt(h.claim, until)
+		return nil, errors.New(msg)
+	}
 	api, secret, err := h.connect(ctx, reg, true)
 	if err != nil {
 		return nil, err
 	}
+
+	// Record what is about to be sent, and when, before sending it: a restart at any
+	// point afterwards finds it, waits out a request that may still be in flight, and
+	// sends the same registration again (the IPAM-API answers with the same address)
+	// or releases it when the claim is deleted.
+	reg.Attempt = time.Now().UTC()
+	if err := h.writeRecord(ctx, reg); err != nil {
+		return nil, err
+	}
 	res, err := api.Register(ctx, reg.request(secret))
+	if err == nil || !unknownOutcome(err) {
+		h.sawAnswer(h.claim.UID, reg.Attempt)
+	}
 	if err != nil {
-		return nil, h.registerFailed(ctx, reg, err)
+		if !reg.Registered && provesNothingHeld(err) {
+			// Nothing is held under this identity: forget the record, so that a fixed
+			// annotation, pool or secret is used next time, and deleting the claim has
+			// nothing to release.
+			delete(h.claim.Annotations, ipamv1alpha1.RegistrationAnnotation)
+			h.unreserve(reg.key(), h.claim.UID)
+		}
+		return nil, h.registerFailed(reg, err)
 	}
 
 	host, err := ipamapi.ParseHost(res.Address)
 	if err != nil || ipamapi.FamilyOf(host) != reg.Family {
 		err := errors.Errorf("the IPAM-API answered with %q, which is not an %s address", res.Address, reg.Family)
-		return nil, h.fail(ctx, ipamv1.IPAddressClaimReadyAllocationFailedReason, err.Error(), "", err)
+		return nil, h.fail(ipamv1.IPAddressClaimReadyAllocationFailedReason, err.Error(), "", err)
 	}
-	recorded := *reg
-	recorded.Address, _ = ipamapi.CanonicalCIDR(res.Address)
-	h.fillAddress(address, &recorded, host)
-
+	reg.Address, _ = ipamapi.CanonicalCIDR(res.Address)
+	reg.Registered = true
+	reg.setOn(h.claim) // saved by ipamutil's patch of the claim, even if the IPAddress create fails
+	h.fillAddress(address, reg, host)
 	ctrl.LoggerFrom(ctx).V(2).Info("Registered address in the IPAM-API", "address", address.Spec.Address,
 		"zone", reg.Zone, "updated", res.Updated())
-	h.Recorder.Eventf(h.claim, corev1.EventTypeNormal, ipamv1alpha1.ClaimReadyAllocatedReason,
-		"Allocated %s from zone %s (%s)", address.Spec.Address, reg.Zone, reg.Family)
-	h.setReady(metav1.ConditionTrue, ipamv1alpha1.ClaimReadyAllocatedReason, fmt.Sprintf("Allocated %s", address.Spec.Address))
 	return nil, nil
 }
 
+// bound handles a claim whose IPAddress exists. The IPAM-API is not asked again.
+func (h *ClaimHandler) bound(_ context.Context, address *ipamv1.IPAddress) error {
+	if !metav1.IsControlledBy(address, h.claim) || !address.DeletionTimestamp.IsZero() {
+		err := errors.Errorf("IPAddress %s/%s exists but does not belong to this claim (or is being deleted); "+
+			"it is waited for", address.Namespace, address.Name)
+		return h.fail(ipamv1.IPAddressClaimReadyAllocationFailedReason, err.Error(), "", err)
+	}
+	// Keep the claim's record in step with the IPAddress's, which is authoritative.
+	if rec, err := recordedOn(address.Labels, address.Annotations); err == nil && rec != nil {
+		if cur, _ := claimRecord(h.claim.Annotations); cur == nil || !cur.Registered || cur.Address != rec.Address {
+			rec.setOn(h.claim)
+		}
+		h.unreserve(rec.key(), h.claim.UID)
+	}
+	if !meta.IsStatusConditionTrue(h.claim.Status.Conditions, ipamv1.IPAddressClaimReadyCondition) {
+		h.Recorder.Eventf(h.claim, corev1.EventTypeNormal, ipamv1alpha1.ClaimReadyAllocatedReason,
+			"Allocated %s from zone %s (%s)", address.Spec.Address, address.Labels[ipamv1alpha1.ZoneLabel], address.Labels[ipamv1alpha1.IPFamilyLabel])
+	}
+	h.setReady(metav1.ConditionTrue, ipamv1alpha1.ClaimReadyAllocatedReason, fmt.Sprintf("Allocated %s", address.Spec.Address))
+	return nil
+}
+
 // ReleaseAddress implements ipamutil.ClaimHandler. It releases what is recorded: on
-// the IPAddress, or in the claim's pending record when the IPAddress was never made.
+// the IPAddress, else on the claim.
 func (h *ClaimHandler) ReleaseAddress(ctx context.Context) (*ctrl.Result, error) {
 	if h.claim.DeletionTimestamp.IsZero() {
 		return nil, nil
 	}
 	log := ctrl.LoggerFrom(ctx)
-	if _, moving := h.claim.Annotations[clusterctlv1.DeleteForMoveAnnotation]; moving {
-		log.V(2).Info("Claim deleted by clusterctl move, keeping its address registered")
-		return nil, nil
-	}
-
-	reg, fromPending, err := h.recordedRegistration(ctx)
+	reg, err := h.recordedRegistration(ctx)
 	if err != nil {
 		return nil, h.releaseFailed(err)
 	}
 	if reg == nil {
+		return nil, nil
+	}
+	if _, moving := h.claim.Annotations[clusterctlv1.DeleteForMoveAnnotation]; moving {
+		log.V(2).Info("Claim deleted by clusterctl move, keeping its address registered")
+		h.unreserve(reg.key(), h.claim.UID)
 		return nil, nil
 	}
 	api, secret, err := h.connect(ctx, reg, false)
@@ -139,43 +183,73 @@ func (h *ClaimHandler) ReleaseAddress(ctx context.Context) (*ctrl.Result, error)
 		return nil, h.releaseFailed(err)
 	}
 
-	if fromPending && reg.Address == "" {
-		// A registration was sent but its answer never made it into an IPAddress. Send it
-		// again to learn the address (the IPAM-API returns the held one), then release it;
-		// the user never saw this address, so it is released without retention.
-		res, err := api.Register(ctx, reg.request(secret))
-		if err != nil {
-			return nil, h.releaseFailed(err)
+	if !reg.Registered {
+		// The registration was sent but its answer never arrived. The user never saw
+		// the address, so it is released without retention.
+		reg.RetentionPeriodDays = 0
+		if reg.Address == "" {
+			// Send it again to learn the address (the IPAM-API returns the held one).
+			if until, waiting := h.mayStillBeInFlight(h.claim.UID, reg.Attempt); waiting {
+				h.wakeAt(h.claim, until)
+				return nil, h.releaseFailed(errors.Errorf("an earlier registration request may still be in flight; releasing after %s",
+					until.UTC().Format(time.RFC3339)))
+			}
+			res, err := api.Register(ctx, reg.request(secret))
+			switch {
+			case err != nil && provesNothingHeld(err):
+				return nil, h.released(ctx, reg, "nothing was held")
+			case err != nil:
+				return nil, h.releaseFailed(err)
+			}
+			reg.Address = res.Address
 		}
-		reg.Address, reg.RetentionPeriodDays = res.Address, 0
 	}
 
-	if _, err := api.Release(ctx, reg.request(secret)); err != nil && !ipamapi.IsNotHeld(err) {
-		return nil, h.releaseFailed(err)
+	if _, err := api.Release(ctx, reg.request(secret)); err != nil {
+		notHeld := ipamapi.IsNotHeld(err) || (!reg.Registered && ipamapi.ClassOf(err) == ipamapi.ClassValidation)
+		if !notHeld {
+			return nil, h.releaseFailed(err)
+		}
+		return nil, h.released(ctx, reg, "it was not held (any more)")
 	}
-	delete(h.claim.Annotations, ipamv1alpha1.PendingRegistrationAnnotation)
-	log.V(2).Info("Released address in the IPAM-API", "address", reg.Address, "retentionPeriodDays", reg.RetentionPeriodDays)
-	h.Recorder.Eventf(h.claim, corev1.EventTypeNormal, "Released", "Released %s in zone %s (retention %d days)",
-		reg.Address, reg.Zone, reg.RetentionPeriodDays)
-	return nil, nil
+	return nil, h.released(ctx, reg, fmt.Sprintf("retention %d days", reg.RetentionPeriodDays))
+}
+
+// released finishes a release: the record goes, and the Secret loses its finalizer
+// when no other claim needs it.
+func (h *ClaimHandler) released(ctx context.Context, reg *registration, how string) error {
+	delete(h.claim.Annotations, ipamv1alpha1.RegistrationAnnotation)
+	h.unreserve(reg.key(), h.claim.UID)
+	ctrl.LoggerFrom(ctx).V(2).Info("Released address in the IPAM-API", "address", reg.Address, "how", how)
+	h.Recorder.Eventf(h.claim, corev1.EventTypeNormal, "Released", "Released %s in zone %s (%s)", reg.Address, reg.Zone, how)
+
+	others := &ipamv1.IPAddressClaimList{}
+	if err := h.Client.List(ctx, others, client.MatchingFields{ClaimSecretIndex: secretKey(reg.Secret).String()}); err != nil {
+		return errors.Wrap(err, "listing the claims that use the Secret")
+	}
+	for _, c := range others.Items {
+		if c.UID != h.claim.UID {
+			return nil
+		}
+	}
+	return h.Secrets.Unprotect(ctx, reg.Secret)
 }
 
 // recordedRegistration finds what was registered for the claim: the IPAddress's
-// record, else the claim's pending record, else nothing.
-func (h *ClaimHandler) recordedRegistration(ctx context.Context) (*registration, bool, error) {
+// record, else the claim's record, else nothing.
+func (h *ClaimHandler) recordedRegistration(ctx context.Context) (*registration, error) {
 	addr := &ipamv1.IPAddress{}
 	err := h.Client.Get(ctx, client.ObjectKeyFromObject(h.claim), addr)
 	if err != nil && !apierrors.IsNotFound(err) {
-		return nil, false, errors.Wrap(err, "reading the claim's IPAddress")
+		return nil, errors.Wrap(err, "reading the claim's IPAddress")
 	}
 	if err == nil && metav1.IsControlledBy(addr, h.claim) {
 		reg, err := recordedOn(addr.Labels, addr.Annotations)
 		if err != nil || reg != nil {
-			return reg, false, err
+			return reg, err
 		}
 	}
-	reg, err := pendingFrom(h.claim.Annotations)
-	return reg, reg != nil, err
+	return claimRecord(h.claim.Annotations)
 }
 
 // desiredRegistration computes the registration for an unbound claim from its
@@ -193,6 +267,7 @@ func (h *ClaimHandler) desiredRegistration(ctx context.Context) (*registration, 
 	if spec.Endpoint != "" {
 		reg.Endpoint = spec.Endpoint
 	}
+	reg.Endpoint = ipamapi.NormalizeEndpoint(reg.Endpoint)
 	if reg.Endpoint == "" {
 		return nil, &claimError{reason: ipamv1.IPAddressClaimReadyPoolNotReadyReason, terminal: true,
 			msg: "no IPAM-API endpoint: set spec.endpoint on the pool or --ipam-api-url on the manager"}
@@ -287,26 +362,31 @@ func (h *ClaimHandler) desiredRegistration(ctx context.Context) (*registration, 
 }
 
 // checkIdentityFree refuses an identity that another claim already holds: the IPAM-API
-// would answer both with the same address.
+// would answer both with the same address, and releasing one would free the other's.
 func (h *ClaimHandler) checkIdentityFree(ctx context.Context, reg *registration) error {
 	key := reg.key()
+	other := ""
 	addrs := &ipamv1.IPAddressList{}
 	if err := h.Client.List(ctx, addrs, client.MatchingFields{AddressRegistrationIndex: key}); err != nil {
 		return errors.Wrap(err, "listing IPAddresses by registration")
 	}
-	claims := &ipamv1.IPAddressClaimList{}
-	if err := h.Client.List(ctx, claims, client.MatchingFields{ClaimPendingIndex: key}); err != nil {
-		return errors.Wrap(err, "listing IPAddressClaims by pending registration")
-	}
-	other := ""
 	for _, a := range addrs.Items {
-		if a.Namespace != h.claim.Namespace || a.Name != h.claim.Name {
+		if !metav1.IsControlledBy(&a, h.claim) {
 			other = "IPAddress " + a.Namespace + "/" + a.Name
 		}
+	}
+	claims := &ipamv1.IPAddressClaimList{}
+	if err := h.Client.List(ctx, claims, client.MatchingFields{ClaimRegistrationIndex: key}); err != nil {
+		return errors.Wrap(err, "listing IPAddressClaims by registration")
 	}
 	for _, c := range claims.Items {
 		if c.UID != h.claim.UID {
 			other = "IPAddressClaim " + c.Namespace + "/" + c.Name
+		}
+	}
+	if other == "" {
+		if holder, ok := h.reserve(ctx, key, h.claim); !ok {
+			other = "IPAddressClaim " + holder
 		}
 	}
 	if other == "" {
@@ -318,20 +398,36 @@ func (h *ClaimHandler) checkIdentityFree(ctx context.Context, reg *registration)
 	return h.failWith(&claimError{reason: ipamv1.IPAddressClaimReadyAllocationFailedReason, event: "IdentityInUse", msg: msg, terminal: true})
 }
 
-func (h *ClaimHandler) recordPending(ctx context.Context, reg *registration) error {
+// writeRecord saves the claim's record at once (not with ipamutil's patch at the end).
+func (h *ClaimHandler) writeRecord(ctx context.Context, reg *registration) error {
 	// Patch a copy: ipamutil patches h.claim at the end of the reconcile, and a changed
 	// resourceVersion in it would make that patch conflict.
 	claim := h.claim.DeepCopy()
 	patch := client.MergeFrom(h.claim.DeepCopy())
-	if claim.Annotations == nil {
-		claim.Annotations = map[string]string{}
-	}
-	claim.Annotations[ipamv1alpha1.PendingRegistrationAnnotation] = reg.pendingJSON()
+	reg.setOn(claim)
 	if err := h.Client.Patch(ctx, claim, patch); err != nil {
-		return errors.Wrap(err, "recording the pending registration on the claim")
+		return errors.Wrap(err, "recording the registration on the claim")
 	}
 	h.claim.Annotations = claim.Annotations
 	return nil
+}
+
+// unknownOutcome reports whether a request may have been carried out although no
+// answer arrived.
+func unknownOutcome(err error) bool {
+	var e *ipamapi.Error
+	return errors.As(err, &e) && e.Unknown
+}
+
+// provesNothingHeld reports whether a failed registration proves that the identity
+// holds nothing under the secret, zone and family: had it held an address, the
+// IPAM-API would have answered with it.
+func provesNothingHeld(err error) bool {
+	switch ipamapi.ClassOf(err) {
+	case ipamapi.ClassValidation, ipamapi.ClassExhausted, ipamapi.ClassWrongSecret, ipamapi.ClassNotInZone:
+		return true
+	}
+	return false
 }
 
 // connect resolves the client and the secret for a registration. Failures become the
@@ -339,13 +435,13 @@ func (h *ClaimHandler) recordPending(ctx context.Context, reg *registration) err
 func (h *ClaimHandler) connect(ctx context.Context, reg *registration, creating bool) (ipamapi.Client, ipamapi.Secret, error) {
 	ca, err := h.Secrets.CABundle(ctx, reg.CABundle)
 	if err != nil {
-		return nil, "", h.fail(ctx, ipamv1.IPAddressClaimReadyPoolNotReadyReason, err.Error()+"; fix the pool's caBundleRef", "", err)
+		return nil, "", h.fail(ipamv1.IPAddressClaimReadyPoolNotReadyReason, err.Error()+"; fix the pool's caBundleRef", "", err)
 	}
 	api, err := h.Clients.For(reg.Endpoint, ca)
 	if err != nil {
-		return nil, "", h.fail(ctx, ipamv1.IPAddressClaimReadyPoolNotReadyReason, err.Error(), "", reconcile.TerminalError(err))
+		return nil, "", h.fail(ipamv1.IPAddressClaimReadyPoolNotReadyReason, err.Error(), "", reconcile.TerminalError(err))
 	}
-	secret, err := h.Secrets.Value(ctx, reg.Secret, creating)
+	secret, err := h.Secrets.Value(ctx, reg.Secret, creating, creating)
 	if err != nil {
 		var nf *errSecretNotFound
 		var inv *errSecretInvalid
@@ -357,7 +453,7 @@ func (h *ClaimHandler) connect(ctx context.Context, reg *registration, creating 
 			err = errors.New(inv.Error())
 		}
 		if creating {
-			return nil, "", h.fail(ctx, ipamv1.IPAddressClaimReadyAllocationFailedReason, err.Error(), ipamv1alpha1.ClaimReadySecretNotFoundReason, err)
+			return nil, "", h.fail(ipamv1.IPAddressClaimReadyAllocationFailedReason, err.Error(), ipamv1alpha1.ClaimReadySecretNotFoundReason, err)
 		}
 		return nil, "", err
 	}
@@ -366,7 +462,7 @@ func (h *ClaimHandler) connect(ctx context.Context, reg *registration, creating 
 
 // registerFailed turns a failed registration into the claim's condition and an event,
 // and decides how it is retried.
-func (h *ClaimHandler) registerFailed(ctx context.Context, reg *registration, err error) error {
+func (h *ClaimHandler) registerFailed(reg *registration, err error) error {
 	reason := ipamv1.IPAddressClaimReadyAllocationFailedReason
 	event := ""
 	msg := err.Error()
@@ -390,7 +486,7 @@ func (h *ClaimHandler) registerFailed(ctx context.Context, reg *registration, er
 		event = ipamv1alpha1.ClaimReadyIPAMAPIUnreachableReason
 		msg = fmt.Sprintf("the IPAM-API at %s could not be reached: %s; retrying with back-off", reg.Endpoint, msg)
 	}
-	return h.fail(ctx, reason, msg, event, err)
+	return h.fail(reason, msg, event, err)
 }
 
 // claimError is a failure with what the claim's condition and event should say.
@@ -412,12 +508,12 @@ func (h *ClaimHandler) failWith(err error) error {
 	if ce.terminal {
 		ret = reconcile.TerminalError(ce)
 	}
-	return h.fail(context.Background(), ce.reason, ce.msg, ce.event, ret)
+	return h.fail(ce.reason, ce.msg, ce.event, ret)
 }
 
 // fail sets the claim's Ready condition to False, emits a Warning event and returns
 // the error to hand to ipamutil (nil err: a new error with msg).
-func (h *ClaimHandler) fail(_ context.Context, reason, msg, eventReason string, err error) error {
+func (h *ClaimHandler) fail(reason, msg, eventReason string, err error) error {
 	h.setReady(metav1.ConditionFalse, reason, msg)
 	if eventReason == "" {
 		eventReason = reason

@@ -54,14 +54,13 @@ func TestClaimGetsAddressWithMetadata(t *testing.T) {
 	}
 	g.Expect(kinds).To(ConsistOf("IPAddressClaim/node-1/true", "VitistackIPPool/inet-v4/false"))
 
-	// The claim is Ready and no longer carries a pending registration.
+	// The claim is Ready and its record holds the registered address.
 	cond := readyCondition(t, claim, metav1.ConditionTrue, "Allocated")
 	g.Expect(cond.Message).To(ContainSubstring(ip.String()))
 	c := &ipamv1.IPAddressClaim{}
-	g.Eventually(func() map[string]string {
-		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(claim), c)).To(Succeed())
-		return c.Annotations
-	}, eventually, poll).ShouldNot(HaveKey(ipamv1alpha1.PendingRegistrationAnnotation))
+	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(claim), c)).To(Succeed())
+	g.Expect(c.Annotations[ipamv1alpha1.RegistrationAnnotation]).To(And(
+		ContainSubstring(`"address":"`+ip.String()+`/32"`), ContainSubstring(`"registered":true`)))
 	hasEvent(t, claim, corev1.EventTypeNormal, "Allocated", ip.String())
 
 	// The stand-in holds exactly this registration.
@@ -122,8 +121,15 @@ func TestClaimAnnotationsOverrideIdentitySecretAndRetention(t *testing.T) {
 	g.Expect(reg.Holders[0].RetentionPeriodDays).To(Equal(7))
 	g.Expect(reg.Holders[0].DenyExternalCleanup).To(BeTrue())
 
+	// The Secret that owns the address is kept until the address is released.
+	sec := &corev1.Secret{}
+	g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: "anycast"}, sec)).To(Succeed())
+	g.Expect(sec.Finalizers).To(ContainElement(ipamv1alpha1.SecretInUseFinalizer))
+
 	// Deleting the claim releases with the recorded retention: the holder expires in 7 days.
 	deleteAndWait(t, claim)
+	g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: "anycast"}, sec)).To(Succeed())
+	g.Expect(sec.Finalizers).NotTo(ContainElement(ipamv1alpha1.SecretInUseFinalizer), "no claim needs the Secret any more")
 	holders := holdersOf(ip.String() + "/128")
 	g.Expect(holders).To(HaveLen(1))
 	g.Expect(holders[0].ExpiresAt).NotTo(BeNil())
@@ -232,6 +238,9 @@ func TestClaimConditionsForUserFixableFailures(t *testing.T) {
 		g.Expect(cond.Message).To(ContainSubstring("address 10.99.0.1/32 is held under another secret"))
 		hasEvent(t, thief, corev1.EventTypeWarning, "AddressTaken", "10.99.0.1")
 		g.Expect(holdersOf("10.99.0.1/32")).To(HaveLen(1), "the owner keeps it alone")
+		// Asking for another address, as the message says, works.
+		patchAnnotations(t, thief, map[string]string{"ipam.vitistack.io/addresses": "10.99.0.2"})
+		g.Expect(boundAddress(t, thief).Spec.Address).To(Equal("10.99.0.2"))
 	})
 
 	t.Run("missing secret", func(t *testing.T) {
@@ -242,6 +251,13 @@ func TestClaimConditionsForUserFixableFailures(t *testing.T) {
 		g.Expect(cond.Message).To(ContainSubstring("Secret " + ns.Name + "/nope with key secret not found"))
 		g.Expect(cond.Message).To(ContainSubstring("create it"))
 		hasEvent(t, claim, corev1.EventTypeWarning, "SecretNotFound", "nope")
+		// Nothing was sent, so following the message works: another secret is used.
+		g.Expect(env.Client.Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "found"}, Data: map[string][]byte{"secret": []byte("found-secret-value")},
+		})).To(Succeed())
+		patchAnnotations(t, claim, map[string]string{"ipam.vitistack.io/secret": "found"})
+		addr := boundAddress(t, claim)
+		g.Expect(addr.Annotations).To(HaveKeyWithValue("ipam.vitistack.io/registered-secret-ref", ns.Name+"/found/secret"))
 	})
 
 	t.Run("unknown zone", func(t *testing.T) {
@@ -253,6 +269,8 @@ func TestClaimConditionsForUserFixableFailures(t *testing.T) {
 		g.Expect(cond.Message).To(ContainSubstring("fix the pool"))
 		// The pool says so too.
 		poolReady(t, pool, metav1.ConditionFalse, "ZoneRejected", "invalid zone 'nowhere'")
+		// Nothing is held, so the claim can be deleted at once.
+		deleteAndWait(t, claim)
 	})
 
 	t.Run("family the zone does not have", func(t *testing.T) {

@@ -61,6 +61,7 @@ type CachingClientFactory struct {
 
 // For implements ClientFactory.
 func (f *CachingClientFactory) For(endpoint string, caBundle []byte) (ipamapi.Client, error) {
+	endpoint = ipamapi.NormalizeEndpoint(endpoint)
 	sum := sha256.Sum256(caBundle)
 	key := endpoint + "\x00" + hex.EncodeToString(sum[:])
 	f.mu.Lock()

@@ -19,8 +19,10 @@ const (
 	AddressPoolRefIndex = "vitistack.spec.poolRef"
 	// AddressRegistrationIndex indexes IPAddresses by the holder key of their record.
 	AddressRegistrationIndex = "vitistack.registration"
-	// ClaimPendingIndex indexes IPAddressClaims by the holder key of their pending record.
-	ClaimPendingIndex = "vitistack.pending"
+	// ClaimRegistrationIndex indexes IPAddressClaims by the holder key of their record.
+	ClaimRegistrationIndex = "vitistack.registration"
+	// ClaimSecretIndex indexes IPAddressClaims by the Secret their record names.
+	ClaimSecretIndex = "vitistack.secret"
 )
 
 // PoolRefValue is the index value of a reference to one of this provider's pools.
@@ -43,13 +45,21 @@ func SetupIndexes(ctx context.Context, mgr ctrl.Manager) error {
 	}); err != nil {
 		return errors.Wrap(err, "indexing IPAddressClaims by pool")
 	}
-	if err := idx.IndexField(ctx, &ipamv1.IPAddressClaim{}, ClaimPendingIndex, func(o client.Object) []string {
-		if r, err := pendingFrom(o.GetAnnotations()); err == nil && r != nil {
+	if err := idx.IndexField(ctx, &ipamv1.IPAddressClaim{}, ClaimRegistrationIndex, func(o client.Object) []string {
+		if r, err := claimRecord(o.GetAnnotations()); err == nil && r != nil {
 			return []string{r.key()}
 		}
 		return nil
 	}); err != nil {
-		return errors.Wrap(err, "indexing IPAddressClaims by pending registration")
+		return errors.Wrap(err, "indexing IPAddressClaims by registration")
+	}
+	if err := idx.IndexField(ctx, &ipamv1.IPAddressClaim{}, ClaimSecretIndex, func(o client.Object) []string {
+		if r, err := claimRecord(o.GetAnnotations()); err == nil && r != nil {
+			return []string{secretKey(r.Secret).String()}
+		}
+		return nil
+	}); err != nil {
+		return errors.Wrap(err, "indexing IPAddressClaims by secret")
 	}
 	if err := idx.IndexField(ctx, &ipamv1.IPAddress{}, AddressPoolRefIndex, func(o client.Object) []string {
 		return poolRefValues(o.(*ipamv1.IPAddress).Spec.PoolRef)

@@ -31,7 +31,7 @@ func restartManager(t *testing.T) {
 func pendingOf(t *testing.T, claim *ipamv1.IPAddressClaim) string {
 	c := &ipamv1.IPAddressClaim{}
 	NewWithT(t).Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(claim), c)).To(Succeed())
-	return c.Annotations[ipamv1alpha1.PendingRegistrationAnnotation]
+	return c.Annotations[ipamv1alpha1.RegistrationAnnotation]
 }
 
 // The IPAM-API registers the address, but its answer never reaches the manager, which
@@ -39,25 +39,30 @@ func pendingOf(t *testing.T, claim *ipamv1.IPAddressClaim) string {
 func TestCrashBetweenAnswerAndIPAddressLeavesOneRegistration(t *testing.T) {
 	g := NewWithT(t)
 	ns := newNamespace(t)
-	pool := newPool(t, ns.Name, "pool", routedPool("inet", ipamv1alpha1.IPv4))
-	env.Sim.SetFaultRoutes(sim.RouteRegister)
-	g.Expect(env.Sim.DropNext(sim.DropAfter, 1)).To(Succeed())
-	t.Cleanup(env.Sim.ClearFaults)
+	api, url, stop := env.ExtraSim()
+	t.Cleanup(stop)
+	spec := routedPool("inet", ipamv1alpha1.IPv4)
+	spec.Endpoint = url
+	pool := newPool(t, ns.Name, "pool", spec)
+	api.SetFaultRoutes(sim.RouteRegister)
+	g.Expect(api.DropNext(sim.DropAfter, 1)).To(Succeed())
 
 	claim := newClaim(t, ns.Name, "crash", pool.Name, nil)
 	me := sim.ServiceRef{ServiceName: "crash", NamespaceID: string(ns.UID), ClusterID: uidOf(t, "kube-system")}
-	g.Eventually(func() []sim.Registration { return env.Sim.HeldBy(me) }, eventually, poll).Should(HaveLen(1),
+	g.Eventually(func() []sim.Registration { return api.HeldBy(me) }, eventually, poll).Should(HaveLen(1),
 		"the stand-in must have registered the address although the answer was dropped")
 	readyCondition(t, claim, metav1.ConditionFalse, "AllocationFailed")
-	g.Expect(pendingOf(t, claim)).To(ContainSubstring(`"serviceName":"crash"`), "the registration was recorded before it was sent")
-	registered := env.Sim.HeldBy(me)[0].Address
+	record := pendingOf(t, claim)
+	g.Expect(record).To(ContainSubstring(`"serviceName":"crash"`), "the registration was recorded before it was sent")
+	g.Expect(record).NotTo(ContainSubstring(`"registered":true`))
+	registered := api.HeldBy(me)[0].Address
 
 	restartManager(t)
 
 	addr := boundAddress(t, claim)
 	g.Expect(addr.Spec.Address + "/32").To(Equal(registered))
-	g.Expect(env.Sim.HeldBy(me)).To(HaveLen(1), "no second address after the restart")
-	g.Expect(env.Sim.Stats().OverlappingRegistrations).To(BeZero())
+	g.Expect(api.HeldBy(me)).To(HaveLen(1), "no second address after the restart")
+	g.Expect(api.Stats().OverlappingRegistrations).To(BeZero())
 }
 
 // The answer is lost and the claim is deleted before it ever got an IPAddress: the
@@ -65,24 +70,27 @@ func TestCrashBetweenAnswerAndIPAddressLeavesOneRegistration(t *testing.T) {
 func TestCrashThenDeleteReleasesPendingRegistration(t *testing.T) {
 	g := NewWithT(t)
 	ns := newNamespace(t)
-	pool := newPool(t, ns.Name, "pool", routedPool("inet", ipamv1alpha1.IPv4))
-	env.Sim.SetFaultRoutes(sim.RouteRegister)
-	g.Expect(env.Sim.DropNext(sim.DropAfter, 1)).To(Succeed())
-	t.Cleanup(env.Sim.ClearFaults)
+	api, url, stop := env.ExtraSim()
+	t.Cleanup(stop)
+	spec := routedPool("inet", ipamv1alpha1.IPv4)
+	spec.Endpoint = url
+	pool := newPool(t, ns.Name, "pool", spec)
+	api.SetFaultRoutes(sim.RouteRegister)
+	g.Expect(api.DropNext(sim.DropAfter, 1)).To(Succeed())
 
 	claim := newClaim(t, ns.Name, "doomed", pool.Name, nil)
 	me := sim.ServiceRef{ServiceName: "doomed", NamespaceID: string(ns.UID), ClusterID: uidOf(t, "kube-system")}
-	g.Eventually(func() []sim.Registration { return env.Sim.HeldBy(me) }, eventually, poll).Should(HaveLen(1))
+	g.Eventually(func() []sim.Registration { return api.HeldBy(me) }, eventually, poll).Should(HaveLen(1))
 	g.Expect(env.StopManager()).To(Succeed())
 	g.Expect(env.Client.Delete(ctx, claim)).To(Succeed())
 	g.Expect(env.StartManager(ctx, mgrOpts)).To(Succeed())
 
 	deleteAndWait(t, claim)
-	regs := env.Sim.HeldBy(me)
+	regs := api.HeldBy(me)
 	g.Expect(regs).To(HaveLen(1))
 	g.Expect(regs[0].Holders[0].ExpiresAt).NotTo(BeNil(), "the pending registration was released")
-	env.Sim.Sweep()
-	g.Expect(env.Sim.HeldBy(me)).To(BeEmpty())
+	api.Sweep()
+	g.Expect(api.HeldBy(me)).To(BeEmpty())
 }
 
 func TestPausedClusterIsNotTouched(t *testing.T) {
@@ -186,6 +194,59 @@ func TestDuplicateIdentityIsRefused(t *testing.T) {
 	boundAddress(t, a)
 	b := newClaim(t, ns.Name, "b", pool.Name, map[string]string{"ipam.vitistack.io/service-name": "same"})
 	cond := readyCondition(t, b, metav1.ConditionFalse, "AllocationFailed")
-	g.Expect(cond.Message).To(ContainSubstring("already used by IPAddress " + ns.Name + "/a"))
+	g.Expect(cond.Message).To(MatchRegexp(`already used by IPAddress(Claim)? ` + ns.Name + `/a;`))
 	hasEvent(t, b, corev1.EventTypeWarning, "IdentityInUse", "ipam.vitistack.io/service-name")
+}
+
+// Two claims created at once with one identity: only one registers it.
+func TestSimultaneousDuplicateIdentityRegistersOnce(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	pool := newPool(t, ns.Name, "pool", routedPool("inet", ipamv1alpha1.IPv4))
+	var wg sync.WaitGroup
+	for _, name := range []string{"twin-a", "twin-b"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			newClaim(t, ns.Name, name, pool.Name, map[string]string{"ipam.vitistack.io/service-name": "twin"})
+		}()
+	}
+	wg.Wait()
+	me := sim.ServiceRef{ServiceName: "twin", NamespaceID: string(ns.UID), ClusterID: uidOf(t, "kube-system")}
+	g.Eventually(func() int {
+		list := &ipamv1.IPAddressList{}
+		g.Expect(env.Client.List(ctx, list, client.InNamespace(ns.Name))).To(Succeed())
+		return len(list.Items)
+	}, eventually, poll).Should(Equal(1))
+	g.Consistently(func(g Gomega) {
+		list := &ipamv1.IPAddressList{}
+		g.Expect(env.Client.List(ctx, list, client.InNamespace(ns.Name))).To(Succeed())
+		g.Expect(list.Items).To(HaveLen(1), "one identity, one IPAddress")
+		g.Expect(env.Sim.HeldBy(me)).To(HaveLen(1))
+	}, 2*time.Second, 100*time.Millisecond).Should(Succeed())
+}
+
+// A bound claim whose IPAddress is lost (deleted by hand, not restored) gets the same
+// address back: it is registered again with its address, never without.
+func TestLostIPAddressComesBackWithTheSameAddress(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	pool := newPool(t, ns.Name, "pool", routedPool("inet", ipamv1alpha1.IPv4))
+	claim := newClaim(t, ns.Name, "keeper", pool.Name, nil)
+	addr := boundAddress(t, claim)
+	first, uid := addr.Spec.Address, addr.UID
+
+	patch := client.MergeFrom(addr.DeepCopy())
+	addr.Finalizers = nil
+	g.Expect(env.Client.Patch(ctx, addr, patch)).To(Succeed())
+	g.Expect(env.Client.Delete(ctx, addr)).To(Succeed())
+
+	g.Eventually(func(g Gomega) {
+		again := &ipamv1.IPAddress{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(claim), again)).To(Succeed())
+		g.Expect(again.UID).NotTo(Equal(uid))
+		g.Expect(again.Spec.Address).To(Equal(first))
+	}, eventually, poll).Should(Succeed())
+	me := sim.ServiceRef{ServiceName: "keeper", NamespaceID: string(ns.UID), ClusterID: uidOf(t, "kube-system")}
+	g.Expect(env.Sim.HeldBy(me)).To(HaveLen(1))
 }

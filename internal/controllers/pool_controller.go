@@ -52,6 +52,7 @@ type probe struct {
 	uid        types.UID
 	at         time.Time
 	generation int64
+	next       time.Duration // when the pool is checked again
 }
 
 func (r *PoolReconciler) newPool() ipamv1alpha1.Pool {
@@ -127,20 +128,22 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctr
 	if interval <= 0 {
 		interval = 5 * time.Minute
 	}
-	if last, ok := r.last(req.NamespacedName); ok && last.uid == pool.GetUID() && last.generation == pool.GetGeneration() && time.Since(last.at) < interval &&
-		meta.FindStatusCondition(status.Conditions, ipamv1alpha1.PoolReadyCondition) != nil {
-		return ctrl.Result{RequeueAfter: interval - time.Since(last.at)}, nil
+	if last, ok := r.last(req.NamespacedName); ok && last.uid == pool.GetUID() && last.generation == pool.GetGeneration() &&
+		time.Since(last.at) < last.next && meta.FindStatusCondition(status.Conditions, ipamv1alpha1.PoolReadyCondition) != nil {
+		return ctrl.Result{RequeueAfter: last.next - time.Since(last.at)}, nil
 	}
 
 	reason, msg := r.probe(ctx, pool)
-	r.remember(req.NamespacedName, pool)
+	next := interval
 	if reason == ipamv1alpha1.PoolReadyReason {
 		r.setReady(pool, metav1.ConditionTrue, reason, msg)
-		return ctrl.Result{RequeueAfter: interval}, nil
+	} else {
+		r.setReady(pool, metav1.ConditionFalse, reason, msg)
+		// Check a broken pool again sooner; a fix to the pool itself triggers at once.
+		next = min(interval, time.Minute)
 	}
-	r.setReady(pool, metav1.ConditionFalse, reason, msg)
-	// Check a broken pool again sooner; a fix to the pool itself triggers at once.
-	return ctrl.Result{RequeueAfter: min(interval, time.Minute)}, nil
+	r.remember(req.NamespacedName, pool, next)
+	return ctrl.Result{RequeueAfter: next}, nil
 }
 
 // probe asks the IPAM-API whether it accepts the pool's zone, family and secret. A
@@ -160,7 +163,7 @@ func (r *PoolReconciler) probe(ctx context.Context, pool ipamv1alpha1.Pool) (rea
 	if err != nil {
 		return ipamv1alpha1.PoolReadyIPAMAPIUnreachableReason, err.Error()
 	}
-	secret, err := r.Adapter.Secrets.Value(ctx, reg.Secret, true)
+	secret, err := r.Adapter.Secrets.Value(ctx, reg.Secret, true, false)
 	if err != nil {
 		var inv *errSecretInvalid
 		if errors.As(err, &inv) {
@@ -232,10 +235,10 @@ func (r *PoolReconciler) last(key types.NamespacedName) (probe, bool) {
 	return p, ok
 }
 
-func (r *PoolReconciler) remember(key types.NamespacedName, pool client.Object) {
+func (r *PoolReconciler) remember(key types.NamespacedName, pool client.Object, next time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.lastProbed[key] = probe{uid: pool.GetUID(), at: time.Now(), generation: pool.GetGeneration()}
+	r.lastProbed[key] = probe{uid: pool.GetUID(), at: time.Now(), generation: pool.GetGeneration(), next: next}
 }
 
 func (r *PoolReconciler) forget(key types.NamespacedName) {

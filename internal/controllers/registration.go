@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/pkg/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi"
@@ -48,10 +50,10 @@ func parseObjectRef(s string) (objectRef, error) {
 }
 
 // registration is everything needed to talk to the IPAM-API about one claim's address
-// except the secret's value. It is recorded on the claim (as JSON, "pending") before the
-// first registration is sent, and on the IPAddress (as annotations and labels) once it
-// exists; from then on the recorded registration is used for every call, whatever the
-// pool or the flags say later.
+// except the secret's value. It is recorded on the claim (as JSON) before the first
+// request is sent and completed with the address when the IPAM-API answers, and on the
+// IPAddress (as annotations and labels) once that exists. From then on the recorded
+// registration is used for every call, whatever the pool or the flags say later.
 type registration struct {
 	Endpoint            string           `json:"endpoint"`
 	CABundle            objectRef        `json:"caBundle,omitzero"`
@@ -59,14 +61,19 @@ type registration struct {
 	Family              ipamapi.Family   `json:"ipFamily"`
 	Identity            ipamapi.Identity `json:"identity"`
 	Secret              objectRef        `json:"secret"`
-	Address             string           `json:"address,omitempty"` // canonical CIDR; requested (pending) or registered
+	Address             string           `json:"address,omitempty"` // canonical CIDR: requested, or registered
 	RetentionPeriodDays int              `json:"retentionPeriodDays"`
 	DenyExternalCleanup bool             `json:"denyExternalCleanup"`
+	// Registered is true once the IPAM-API has answered with Address.
+	Registered bool `json:"registered,omitempty"`
+	// Attempt is when the last registration request was sent. Until its answer has been
+	// seen, no other request for the identity is sent before Attempt + the quarantine.
+	Attempt time.Time `json:"attempt,omitzero"`
 }
 
 // key identifies the holder in the IPAM-API; two claims must never share it.
 func (r *registration) key() string {
-	return strings.Join([]string{r.Endpoint, r.Zone, string(r.Family),
+	return strings.Join([]string{ipamapi.NormalizeEndpoint(r.Endpoint), r.Zone, string(r.Family),
 		r.Identity.ServiceName, r.Identity.NamespaceID, r.Identity.ClusterID}, "|")
 }
 
@@ -82,21 +89,28 @@ func (r *registration) request(secret ipamapi.Secret) ipamapi.Request {
 	}
 }
 
-func pendingFrom(annotations map[string]string) (*registration, error) {
-	raw, ok := annotations[ipamv1alpha1.PendingRegistrationAnnotation]
+// claimRecord reads the registration recorded on a claim; nil if there is none.
+func claimRecord(annotations map[string]string) (*registration, error) {
+	raw, ok := annotations[ipamv1alpha1.RegistrationAnnotation]
 	if !ok {
 		return nil, nil
 	}
 	r := &registration{}
 	if err := json.Unmarshal([]byte(raw), r); err != nil {
-		return nil, errors.Wrapf(err, "annotation %s is not a registration record", ipamv1alpha1.PendingRegistrationAnnotation)
+		return nil, errors.Wrapf(err, "annotation %s is not a registration record", ipamv1alpha1.RegistrationAnnotation)
 	}
 	return r, nil
 }
 
-func (r *registration) pendingJSON() string {
-	b, _ := json.Marshal(r) //nolint:errchkjson // plain strings and numbers
-	return string(b)
+// setOn records the registration on a claim's annotations.
+func (r *registration) setOn(claim client.Object) {
+	b, _ := json.Marshal(r) //nolint:errchkjson // plain strings, numbers and a time
+	ann := claim.GetAnnotations()
+	if ann == nil {
+		ann = map[string]string{}
+	}
+	ann[ipamv1alpha1.RegistrationAnnotation] = string(b)
+	claim.SetAnnotations(ann)
 }
 
 // writeTo records the registration on an IPAddress's labels and annotations.
@@ -123,10 +137,11 @@ func recordedOn(labels, annotations map[string]string) (*registration, error) {
 		return nil, nil
 	}
 	r := &registration{
-		Endpoint: annotations[ipamv1alpha1.RegisteredEndpointAnnotation],
-		Zone:     labels[ipamv1alpha1.ZoneLabel],
-		Family:   ipamapi.Family(labels[ipamv1alpha1.IPFamilyLabel]),
-		Address:  addr,
+		Registered: true,
+		Endpoint:   ipamapi.NormalizeEndpoint(annotations[ipamv1alpha1.RegisteredEndpointAnnotation]),
+		Zone:       labels[ipamv1alpha1.ZoneLabel],
+		Family:     ipamapi.Family(labels[ipamv1alpha1.IPFamilyLabel]),
+		Address:    addr,
 		Identity: ipamapi.Identity{
 			ServiceName: annotations[ipamv1alpha1.RegisteredServiceNameAnnotation],
 			NamespaceID: annotations[ipamv1alpha1.RegisteredNamespaceIDAnnotation],

@@ -13,6 +13,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
 
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi"
 )
@@ -53,8 +56,9 @@ type Secrets struct {
 }
 
 // Value returns the secret value ref points at. With create, a missing default secret
-// is created first (never one named by a user).
-func (s *Secrets) Value(ctx context.Context, ref objectRef, create bool) (ipamapi.Secret, error) {
+// is created first (never one named by a user). With protect, the Secret gets the
+// ipam.vitistack.io/secret-in-use finalizer, so it outlives the addresses it owns.
+func (s *Secrets) Value(ctx context.Context, ref objectRef, create, protect bool) (ipamapi.Secret, error) {
 	if create && ref.Namespace == s.Default.Namespace && ref.Name == s.Default.Name && ref.Key == DefaultSecretKey {
 		if err := s.EnsureDefault(ctx); err != nil {
 			return "", err
@@ -74,7 +78,28 @@ func (s *Secrets) Value(ctx context.Context, ref objectRef, create bool) (ipamap
 	if n := len(v); n < 8 || n > 64 {
 		return "", &errSecretInvalid{ref: ref, n: n}
 	}
+	if protect && !controllerutil.ContainsFinalizer(sec, ipamv1alpha1.SecretInUseFinalizer) {
+		before := sec.DeepCopy()
+		controllerutil.AddFinalizer(sec, ipamv1alpha1.SecretInUseFinalizer)
+		if err := s.Writer.Patch(ctx, sec, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+			return "", errors.Wrapf(err, "adding finalizer %s to Secret %s/%s", ipamv1alpha1.SecretInUseFinalizer, ref.Namespace, ref.Name)
+		}
+	}
 	return ipamapi.Secret(v), nil
+}
+
+// Unprotect removes the secret-in-use finalizer from a Secret.
+func (s *Secrets) Unprotect(ctx context.Context, ref objectRef) error {
+	sec := &corev1.Secret{}
+	if err := s.Reader.Get(ctx, secretKey(ref), sec); err != nil {
+		return client.IgnoreNotFound(errors.Wrapf(err, "reading Secret %s/%s", ref.Namespace, ref.Name))
+	}
+	before := sec.DeepCopy()
+	if !controllerutil.RemoveFinalizer(sec, ipamv1alpha1.SecretInUseFinalizer) {
+		return nil
+	}
+	err := s.Writer.Patch(ctx, sec, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
+	return client.IgnoreNotFound(errors.Wrapf(err, "removing finalizer %s from Secret %s/%s", ipamv1alpha1.SecretInUseFinalizer, ref.Namespace, ref.Name))
 }
 
 // EnsureDefault creates the default secret unless it exists. Safe when many claims

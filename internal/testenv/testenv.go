@@ -206,6 +206,14 @@ func (e *Env) StartManager(ctx context.Context, opts manager.Options) error {
 	return nil
 }
 
+// ExtraSim starts another stand-in with its own state and faults, for a test whose
+// faults must not hit other tests' claims. Point a pool's spec.endpoint at its URL.
+func (e *Env) ExtraSim() (*sim.Server, string, func()) {
+	s := sim.New(sim.Config{Clock: e.Clock})
+	srv := httptest.NewServer(s)
+	return s, srv.URL, srv.Close
+}
+
 // StopManager stops the manager as a crash would: at once, wherever its reconciles are.
 func (e *Env) StopManager() error {
 	if e.mgr == nil {

@@ -86,6 +86,17 @@ func NewClient(endpoint string, opts Options) (*HTTPClient, error) {
 	}, nil
 }
 
+// NormalizeEndpoint returns the canonical form of an endpoint (what ParseEndpoint
+// keeps), so that one IPAM-API is always named the same way; an unparsable endpoint is
+// returned as it is.
+func NormalizeEndpoint(endpoint string) string {
+	u, err := ParseEndpoint(endpoint)
+	if err != nil {
+		return endpoint
+	}
+	return u.String()
+}
+
 // ParseEndpoint checks an IPAM-API base URL and strips a trailing "/v2".
 func ParseEndpoint(endpoint string) (*url.URL, error) {
 	u, err := url.Parse(strings.TrimSpace(endpoint))
@@ -159,8 +170,8 @@ func (c *HTTPClient) do(ctx context.Context, op, method, path string, req Reques
 	var wire wireResponse
 	mt, _, _ := mime.ParseMediaType(hres.Header.Get("Content-Type"))
 	if mt != "application/json" || json.Unmarshal(raw, &wire) != nil || wire.Message == nil {
-		e := classify(op, status, "the answer is not the IPAM-API's JSON ("+describe(mt, raw)+"): check the endpoint URL")
-		if status < 300 {
+		e := classify(op, status, "the answer is not the IPAM-API's JSON ("+describe(mt, scrubBody(raw, req))+"): check the endpoint URL")
+		if status < 400 || status == http.StatusNotFound {
 			e.Class = ClassUnexpectedResponse
 		}
 		return nil, e
@@ -198,6 +209,21 @@ func transportMessage(err error, timeout time.Duration) string {
 		return ue.Err.Error()
 	}
 	return err.Error()
+}
+
+// scrubBody removes the secrets of req from a raw answer, also in their JSON-escaped
+// form, before any of it is shortened into a message.
+func scrubBody(raw []byte, req Request) []byte {
+	s := string(raw)
+	for _, sec := range []Secret{req.Secret, req.NewSecret} {
+		if v := sec.Value(); v != "" {
+			s = strings.ReplaceAll(s, v, redacted)
+			if esc, err := json.Marshal(v); err == nil {
+				s = strings.ReplaceAll(s, strings.Trim(string(esc), `"`), redacted)
+			}
+		}
+	}
+	return []byte(s)
 }
 
 // scrub removes the secrets of req from an error's text, whatever produced it.

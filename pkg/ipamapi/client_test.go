@@ -112,6 +112,14 @@ func TestErrorClasses(t *testing.T) {
 	expectClass(g, err, ipamapi.ClassRotationRefused, "multiple services registered. unable to change secret")
 	g.Expect(err.Error()).NotTo(ContainSubstring("a-brand-new-secret"))
 
+	// Only the IPAM-API's own 404s mean "not held"; a proxy's 404 does not.
+	g.Expect(s.FailNext(1, http.StatusNotFound, `{"message":"no Route matched with those values"}`)).To(Succeed())
+	_, err = c.Release(ctx, req("owner", "inet", ipamapi.FamilyIPv4, "83.118.170.2"))
+	expectClass(g, err, ipamapi.ClassUnexpectedResponse, "HTTP 404: no Route matched")
+	g.Expect(s.FailNext(1, http.StatusNotFound, "<html>404 Not Found</html>")).To(Succeed())
+	_, err = c.Release(ctx, req("owner", "inet", ipamapi.FamilyIPv4, "83.118.170.2"))
+	expectClass(g, err, ipamapi.ClassUnexpectedResponse, "HTTP 404")
+
 	g.Expect(s.FailNext(1, http.StatusBadGateway, "<html>bad gateway</html>")).To(Succeed())
 	_, err = c.Register(ctx, req("x", "inet", ipamapi.FamilyIPv4, ""))
 	expectClass(g, err, ipamapi.ClassTransient, "HTTP 502")

@@ -81,6 +81,8 @@ func IsExhausted(err error) bool { return ClassOf(err) == ClassExhausted }
 
 // Server messages the classes are recognised by (byte-exact, misspellings included).
 const (
+	msgNotHeldNoMatch    = "no matching address found with the provivded secret, zone and address"
+	msgNotHeldNoService  = "service does not exist for this address"
 	msgNoMatchingAddress = "no matching address found with the provided secret, zone and address"
 	msgNotValidForZone   = "the requested address is not valid for the provided zone"
 	msgNoAvailablePrefix = "no available prefix found for zone"
@@ -93,8 +95,12 @@ func classify(op string, status int, msg string) *Error {
 	switch {
 	case status == 400:
 		e.Class = ClassValidation
-	case status == 404:
+	case status == 404 && (strings.Contains(msg, msgNotHeldNoMatch) || strings.Contains(msg, msgNotHeldNoService)):
+		// Only the IPAM-API's own two 404s mean "not held": a 404 from a proxy or gateway
+		// in front of it must not count as a release.
 		e.Class = ClassNotHeld
+	case status == 404:
+		e.Class = ClassUnexpectedResponse
 	case status == 500 && strings.Contains(msg, msgNoMatchingAddress):
 		e.Class = ClassWrongSecret
 	case status == 500 && strings.Contains(msg, msgNotValidForZone):
@@ -103,7 +109,8 @@ func classify(op string, status int, msg string) *Error {
 		e.Class = ClassExhausted
 	case status == 500 && strings.Contains(msg, msgUnableToChange):
 		e.Class = ClassRotationRefused
-	case status >= 200 && status < 300:
+	case status >= 200 && status < 400:
+		// Success without the IPAM-API's JSON, or a redirect: a wrong endpoint.
 		e.Class = ClassUnexpectedResponse
 	}
 	return e
