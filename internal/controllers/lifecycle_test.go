@@ -34,18 +34,26 @@ func pendingOf(t *testing.T, claim *ipamv1.IPAddressClaim) string {
 	return c.Annotations[ipamv1alpha1.RegistrationAnnotation]
 }
 
+// answerLostOnce creates a pool on a stand-in of its own, which registers the first
+// address it is asked for but drops the connection before answering.
+func answerLostOnce(t *testing.T, ns string) (*sim.Server, *ipamv1alpha1.VitistackIPPool) {
+	t.Helper()
+	api, url, stop := env.ExtraSim()
+	t.Cleanup(stop)
+	spec := routedPool("inet", ipamv1alpha1.IPv4)
+	spec.Endpoint = url
+	pool := newPool(t, ns, "pool", spec)
+	api.SetFaultRoutes(sim.RouteRegister)
+	NewWithT(t).Expect(api.DropNext(sim.DropAfter, 1)).To(Succeed())
+	return api, pool
+}
+
 // The IPAM-API registers the address, but its answer never reaches the manager, which
 // then dies: the restarted manager must find the same registration, not make a second.
 func TestCrashBetweenAnswerAndIPAddressLeavesOneRegistration(t *testing.T) {
 	g := NewWithT(t)
 	ns := newNamespace(t)
-	api, url, stop := env.ExtraSim()
-	t.Cleanup(stop)
-	spec := routedPool("inet", ipamv1alpha1.IPv4)
-	spec.Endpoint = url
-	pool := newPool(t, ns.Name, "pool", spec)
-	api.SetFaultRoutes(sim.RouteRegister)
-	g.Expect(api.DropNext(sim.DropAfter, 1)).To(Succeed())
+	api, pool := answerLostOnce(t, ns.Name)
 
 	claim := newClaim(t, ns.Name, "crash", pool.Name, nil)
 	me := sim.ServiceRef{ServiceName: "crash", NamespaceID: string(ns.UID), ClusterID: uidOf(t, "kube-system")}
@@ -70,13 +78,7 @@ func TestCrashBetweenAnswerAndIPAddressLeavesOneRegistration(t *testing.T) {
 func TestCrashThenDeleteReleasesPendingRegistration(t *testing.T) {
 	g := NewWithT(t)
 	ns := newNamespace(t)
-	api, url, stop := env.ExtraSim()
-	t.Cleanup(stop)
-	spec := routedPool("inet", ipamv1alpha1.IPv4)
-	spec.Endpoint = url
-	pool := newPool(t, ns.Name, "pool", spec)
-	api.SetFaultRoutes(sim.RouteRegister)
-	g.Expect(api.DropNext(sim.DropAfter, 1)).To(Succeed())
+	api, pool := answerLostOnce(t, ns.Name)
 
 	claim := newClaim(t, ns.Name, "doomed", pool.Name, nil)
 	me := sim.ServiceRef{ServiceName: "doomed", NamespaceID: string(ns.UID), ClusterID: uidOf(t, "kube-system")}

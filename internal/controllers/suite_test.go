@@ -17,7 +17,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
-	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/manager"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/testenv"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi/sim"
 )
@@ -25,14 +24,7 @@ import (
 var (
 	env     *testenv.Env
 	ctx     = context.Background()
-	mgrOpts = manager.Options{
-		IPAMAPITimeout:          2 * time.Second,
-		DefaultSecretNamespace:  "capi-ipam-vitistack-system",
-		DefaultSecretName:       "default",
-		MaxConcurrentReconciles: 10,
-		PoolProbeInterval:       5 * time.Minute,
-		EnableWebhooks:          true,
-	}
+	mgrOpts = testenv.DefaultOptions()
 )
 
 func TestMain(m *testing.M) {

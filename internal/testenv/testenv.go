@@ -104,6 +104,19 @@ func CAPICRDDir() (string, error) {
 	return filepath.Join(strings.TrimSpace(string(out)), "config", "crd", "bases"), nil
 }
 
+// DefaultOptions are the manager options the integration tests run with: short
+// IPAM-API timeouts, webhooks on.
+func DefaultOptions() manager.Options {
+	return manager.Options{
+		IPAMAPITimeout:          2 * time.Second,
+		DefaultSecretNamespace:  manager.ProviderNamespace,
+		DefaultSecretName:       "default",
+		MaxConcurrentReconciles: 10,
+		PoolProbeInterval:       5 * time.Minute,
+		EnableWebhooks:          true,
+	}
+}
+
 // Start starts the API server, the stand-in and (unless noManager) the manager.
 func Start(ctx context.Context, opts manager.Options) (*Env, error) {
 	assets, err := assetsDir()

@@ -16,7 +16,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
-	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/manager"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/testenv"
 )
 
@@ -27,10 +26,7 @@ var (
 
 func TestMain(m *testing.M) {
 	var err error
-	env, err = testenv.Start(ctx, manager.Options{
-		IPAMAPITimeout: 2 * time.Second, DefaultSecretNamespace: "capi-ipam-vitistack-system", DefaultSecretName: "default",
-		MaxConcurrentReconciles: 4, PoolProbeInterval: time.Minute, EnableWebhooks: true,
-	})
+	env, err = testenv.Start(ctx, testenv.DefaultOptions())
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "starting the test environment:", err)
 		os.Exit(1)

@@ -14,7 +14,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
-	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/manager"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/testenv"
 )
 
@@ -29,10 +28,9 @@ func TestMain(m *testing.M) {
 		os.Exit(m.Run()) // no benchmark asked for: do not start a control plane
 	}
 	var err error
-	env, err = testenv.Start(ctx, manager.Options{
-		IPAMAPITimeout: 5 * time.Second, DefaultSecretNamespace: "capi-ipam-vitistack-system", DefaultSecretName: "default",
-		MaxConcurrentReconciles: 10, PoolProbeInterval: 5 * time.Minute, EnableWebhooks: true,
-	})
+	opts := testenv.DefaultOptions()
+	opts.IPAMAPITimeout = 5 * time.Second
+	env, err = testenv.Start(ctx, opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
