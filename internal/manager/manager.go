@@ -47,6 +47,12 @@ type Options struct {
 	WatchFilter             string
 	EnableWebhooks          bool
 
+	// The Service controller (LoadBalancer Services, the IPAM-operator's successor).
+	EnableServiceController bool
+	LoadBalancerClass       string
+	ExcludedNamespaces      []string
+	DefaultZone             string
+
 	// Clients replaces the IPAM-API client factory (tests); nil means the real one.
 	Clients controllers.ClientFactory
 }
@@ -59,8 +65,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"Deadline of every IPAM-API request.")
 	fs.StringVar(&o.ClusterID, "cluster-id", "",
 		"cluster_id sent to the IPAM-API for pools without spec.clusterID. Empty: the UID of the kube-system Namespace (what the IPAM-operator used).")
-	fs.StringVar(&o.DefaultSecretNamespace, "default-secret-namespace", ProviderNamespace,
-		"Namespace of the default IPAM-API secret, created on first use. Set it to ipam-system to adopt Services managed by the IPAM-operator.")
+	fs.StringVar(&o.DefaultSecretNamespace, "default-secret-namespace", "",
+		"Namespace of the default IPAM-API secret, created on first use. Empty: ipam-system (the IPAM-operator's) with --enable-service-controller, else "+ProviderNamespace+".")
 	fs.StringVar(&o.DefaultSecretName, "default-secret-name", "default",
 		"Name of the default IPAM-API secret (an Opaque Secret with key \"secret\").")
 	fs.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", 10,
@@ -71,6 +77,33 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"Only reconcile objects whose cluster.x-k8s.io/watch-filter label has this value.")
 	fs.BoolVar(&o.EnableWebhooks, "enable-webhooks", true,
 		"Serve the validating webhooks (turn off only for local runs without certificates).")
+	fs.BoolVar(&o.EnableServiceController, "enable-service-controller", false,
+		"Give Services of type LoadBalancer addresses from GlobalVitistackIPPools (the IPAM-operator's successor).")
+	fs.StringVar(&o.LoadBalancerClass, "load-balancer-class", "",
+		"Serve only Services with this spec.loadBalancerClass; empty: Services without a class (like MetalLB's default).")
+	fs.StringSliceVar(&o.ExcludedNamespaces, "excluded-namespaces", []string{"kube-system", "kube-public", "kube-node-lease", ProviderNamespace},
+		"Namespaces whose Services are never served.")
+	fs.StringVar(&o.DefaultZone, "default-zone", "hnet-private",
+		"Zone of Services without the ipam.vitistack.io/zone annotation.")
+}
+
+// ServiceDefaultSecretNamespace is where the IPAM-operator kept its default secret;
+// with the Service controller on it is the default of --default-secret-namespace, so
+// that Services the operator managed keep their addresses.
+const ServiceDefaultSecretNamespace = "ipam-system"
+
+// ResolveDefaults fills what depends on other flags: the default secret's namespace is
+// ipam-system when the Service controller is on, else the provider's namespace.
+func (o *Options) ResolveDefaults() {
+	if o.DefaultSecretNamespace == "" {
+		o.DefaultSecretNamespace = ProviderNamespace
+		if o.EnableServiceController {
+			o.DefaultSecretNamespace = ServiceDefaultSecretNamespace
+		}
+	}
+	if o.DefaultSecretName == "" {
+		o.DefaultSecretName = "default"
+	}
 }
 
 // Validate checks the options.
@@ -91,6 +124,7 @@ func (o *Options) Validate() error {
 
 // Setup adds the indexes, controllers and webhooks to mgr.
 func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
+	o.ResolveDefaults()
 	if err := o.Validate(); err != nil {
 		return err
 	}
@@ -138,6 +172,44 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		if o.EnableWebhooks {
 			if err := (&webhooks.Pool{Client: mgr.GetClient(), Kind: kind}).SetupWithManager(mgr); err != nil {
 				return errors.Wrapf(err, "setting up the %s webhook", kind)
+			}
+		}
+	}
+	if o.EnableServiceController {
+		if err := (&controllers.ServiceReconciler{
+			Adapter:            adapter,
+			Recorder:           mgr.GetEventRecorderFor("vitistack-ipam-services"),
+			LoadBalancerClass:  o.LoadBalancerClass,
+			ExcludedNamespaces: o.ExcludedNamespaces,
+			DefaultZone:        o.DefaultZone,
+		}).SetupWithManager(ctx, mgr); err != nil {
+			return errors.Wrap(err, "setting up the Service controller")
+		}
+		if o.EnableWebhooks {
+			if err := (&webhooks.Service{
+				Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), LoadBalancerClass: o.LoadBalancerClass,
+				ExcludedNamespaces: o.ExcludedNamespaces, DefaultZone: o.DefaultZone,
+			}).SetupWithManager(mgr); err != nil {
+				return errors.Wrap(err, "setting up the Service webhook")
+			}
+		}
+	}
+	if o.EnableServiceController {
+		if err := (&controllers.ServiceReconciler{
+			Adapter:            adapter,
+			Recorder:           mgr.GetEventRecorderFor("vitistack-ipam-services"),
+			LoadBalancerClass:  o.LoadBalancerClass,
+			ExcludedNamespaces: o.ExcludedNamespaces,
+			DefaultZone:        o.DefaultZone,
+		}).SetupWithManager(ctx, mgr); err != nil {
+			return errors.Wrap(err, "setting up the Service controller")
+		}
+		if o.EnableWebhooks {
+			if err := (&webhooks.Service{
+				Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), LoadBalancerClass: o.LoadBalancerClass,
+				ExcludedNamespaces: o.ExcludedNamespaces, DefaultZone: o.DefaultZone,
+			}).SetupWithManager(mgr); err != nil {
+				return errors.Wrap(err, "setting up the Service webhook")
 			}
 		}
 	}
