@@ -35,6 +35,13 @@ const (
 	DefaultSecretName = "default"
 )
 
+// ServiceFinalizer is put on Services of type LoadBalancer whose addresses the provider
+// manages: their claims are deleted, and their addresses released, before they go.
+const ServiceFinalizer = "ipam.vitistack.io/service"
+
+// ServiceNameLabel on an IPAddressClaim names the Service it was made for.
+const ServiceNameLabel = annotationPrefix + "service-name"
+
 // SecretInUseFinalizer is put on every Secret whose value owns registered addresses, so
 // that the Secret (and the namespace it is in) stays until those addresses are released.
 const SecretInUseFinalizer = "ipam.vitistack.io/secret-in-use"

@@ -45,3 +45,15 @@ const (
 	// ClaimReadyReleaseFailedReason: releasing the address failed; retried with back-off.
 	ClaimReadyReleaseFailedReason = "ReleaseFailed"
 )
+
+// The SecretRotated condition of an IPAddressClaim: whether the secret that owns its
+// address in the IPAM-API is the one its annotations (or pool) name now.
+const (
+	// ClaimSecretRotatedCondition is True after a rotation, False when one was refused.
+	ClaimSecretRotatedCondition = "SecretRotated"
+	// ClaimSecretRotatedReason: the IPAM-API accepted the new secret.
+	ClaimSecretRotatedReason = "Rotated"
+	// ClaimSecretRotationRefusedReason: the IPAM-API refused (the address is shared by
+	// several services, or held by another); the address keeps the old secret.
+	ClaimSecretRotationRefusedReason = "RotationRefused"
+)

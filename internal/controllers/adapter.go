@@ -69,7 +69,7 @@ type ProviderAdapter struct {
 	mu sync.Mutex
 	// reserved maps a holder key to the claim that registers it in this process, so two
 	// claims never use one identity even before the cache shows the other's record.
-	reserved map[string]reservation
+	reserved map[string][]reservation
 	// answered holds, per claim, the attempt whose outcome this process has seen.
 	answered map[types.UID]time.Time
 	// wake re-queues a claim at a chosen time (ipamutil keeps no result on errors).
@@ -88,34 +88,55 @@ func (a *ProviderAdapter) wakeAt(claim client.Object, t time.Time) {
 }
 
 type reservation struct {
-	uid  types.UID
-	name types.NamespacedName
+	uid     types.UID
+	name    types.NamespacedName
+	address string
 }
 
-// reserve claims key for a claim. It fails, naming the other claim, when a claim that
-// still exists holds it.
-func (a *ProviderAdapter) reserve(ctx context.Context, key string, claim client.Object) (string, bool) {
+// holdersConflict reports whether two registrations of one identity may not coexist:
+// without an address the IPAM-API would answer both with the same one, and with the
+// same address a release of one would free the other's. Different explicit addresses
+// (a Service moving to a new address, make before break) may coexist.
+func holdersConflict(a, b string) bool { return a == "" || b == "" || a == b }
+
+// reserve claims key (with the claim's address, if any) for a claim. It fails, naming
+// the other claim, when a claim that still exists holds a conflicting reservation.
+func (a *ProviderAdapter) reserve(ctx context.Context, key, address string, claim client.Object) (string, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.reserved == nil {
-		a.reserved = map[string]reservation{}
+		a.reserved = map[string][]reservation{}
 	}
-	if other, ok := a.reserved[key]; ok && other.uid != claim.GetUID() {
+	kept := a.reserved[key][:0]
+	conflict := ""
+	for _, other := range a.reserved[key] {
+		if other.uid == claim.GetUID() {
+			continue
+		}
 		c := &ipamv1.IPAddressClaim{}
 		err := a.Client.Get(ctx, other.name, c)
-		if err == nil && c.UID == other.uid || err != nil && !apierrors.IsNotFound(err) {
-			return other.name.String(), false
+		if err != nil && apierrors.IsNotFound(err) || err == nil && c.UID != other.uid {
+			continue // gone: forget it
+		}
+		kept = append(kept, other)
+		if holdersConflict(address, other.address) {
+			conflict = other.name.String()
 		}
 	}
-	a.reserved[key] = reservation{uid: claim.GetUID(), name: client.ObjectKeyFromObject(claim)}
-	return "", true
+	if conflict == "" {
+		kept = append(kept, reservation{uid: claim.GetUID(), name: client.ObjectKeyFromObject(claim), address: address})
+	}
+	a.reserved[key] = kept
+	return conflict, conflict == ""
 }
 
 // unreserve forgets what this process knows about a claim.
 func (a *ProviderAdapter) unreserve(key string, uid types.UID) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.reserved[key].uid == uid {
+	if rest := slices.DeleteFunc(a.reserved[key], func(r reservation) bool { return r.uid == uid }); len(rest) > 0 {
+		a.reserved[key] = rest
+	} else {
 		delete(a.reserved, key)
 	}
 	delete(a.answered, uid)

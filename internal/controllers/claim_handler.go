@@ -137,16 +137,32 @@ func (h *ClaimHandler) EnsureAddress(ctx context.Context, address *ipamv1.IPAddr
 	return nil, nil
 }
 
-// bound handles a claim whose IPAddress exists. The IPAM-API is not asked again.
-func (h *ClaimHandler) bound(_ context.Context, address *ipamv1.IPAddress) error {
+// bound handles a claim whose IPAddress exists. The IPAM-API is asked again only to
+// carry a changed secret, retention or cleanup setting to the recorded registration,
+// always with its address.
+func (h *ClaimHandler) bound(ctx context.Context, address *ipamv1.IPAddress) error {
 	if !metav1.IsControlledBy(address, h.claim) || !address.DeletionTimestamp.IsZero() {
 		err := errors.Errorf("IPAddress %s/%s exists but does not belong to this claim (or is being deleted); "+
 			"it is waited for", address.Namespace, address.Name)
 		return h.fail(ipamv1.IPAddressClaimReadyAllocationFailedReason, err.Error(), "", err)
 	}
-	// Keep the claim's record in step with the IPAddress's, which is authoritative.
-	if rec, err := recordedOn(address.Labels, address.Annotations); err == nil && rec != nil {
-		if cur, _ := claimRecord(h.claim.Annotations); cur == nil || !cur.Registered || cur.Address != rec.Address {
+	rec, err := recordedOn(address.Labels, address.Annotations)
+	if err != nil {
+		return h.fail(ipamv1.IPAddressClaimReadyAllocationFailedReason, err.Error(), "", reconcile.TerminalError(err))
+	}
+	if rec != nil {
+		cur, _ := claimRecord(h.claim.Annotations)
+		if cur != nil {
+			rec.RotationRefused = cur.RotationRefused
+		}
+		if err := h.refresh(ctx, address, rec); err != nil {
+			return err
+		}
+		// Keep the claim's record in step with the IPAddress's, which is authoritative.
+		if cur == nil || !cur.Registered || cur.Address != rec.Address || cur.Secret.String() != rec.Secret.String() ||
+			cur.RetentionPeriodDays != rec.RetentionPeriodDays || cur.DenyExternalCleanup != rec.DenyExternalCleanup ||
+			cur.RotationRefused != rec.RotationRefused {
+			rec.Attempt = time.Time{}
 			rec.setOn(h.claim)
 		}
 		h.unreserve(rec.key(), h.claim.UID)
@@ -156,6 +172,65 @@ func (h *ClaimHandler) bound(_ context.Context, address *ipamv1.IPAddress) error
 			"Allocated %s from zone %s (%s)", address.Spec.Address, address.Labels[ipamv1alpha1.ZoneLabel], address.Labels[ipamv1alpha1.IPFamilyLabel])
 	}
 	h.setReady(metav1.ConditionTrue, ipamv1alpha1.ClaimReadyAllocatedReason, fmt.Sprintf("Allocated %s", address.Spec.Address))
+	return nil
+}
+
+// refresh carries a changed secret (a rotation, new_secret), retention or cleanup
+// setting of a bound claim to the IPAM-API, with the recorded identity and address.
+func (h *ClaimHandler) refresh(ctx context.Context, address *ipamv1.IPAddress, rec *registration) error {
+	// Only the claim's own annotations are carried to a bound address: a changed pool
+	// or flag never touches what is registered.
+	want := *rec
+	if err := h.applyOverrides(&want); err != nil {
+		return nil // a bad annotation does not touch a bound address; it is reported when it matters
+	}
+	rotate := want.Secret.String() != rec.Secret.String() && want.Secret.String() != rec.RotationRefused
+	if !rotate && want.RetentionPeriodDays == rec.RetentionPeriodDays && want.DenyExternalCleanup == rec.DenyExternalCleanup {
+		return nil
+	}
+	api, oldSecret, err := h.connect(ctx, rec, false)
+	if err != nil {
+		return err
+	}
+	req := rec.request(oldSecret)
+	req.RetentionPeriodDays, req.DenyExternalCleanup = want.RetentionPeriodDays, want.DenyExternalCleanup
+	if rotate {
+		if req.NewSecret, err = h.Secrets.Value(ctx, want.Secret, true, true); err != nil {
+			return h.failRotation(err.Error())
+		}
+	}
+	if _, err := api.Register(ctx, req); err != nil {
+		if ipamapi.ClassOf(err) == ipamapi.ClassRotationRefused {
+			rec.RotationRefused = want.Secret.String()
+			return h.failRotation(fmt.Sprintf("the IPAM-API refused to give %s the secret %s (%v): the address is shared "+
+				"by several services or held by another, so it keeps the secret %s", rec.Address, want.Secret, err, rec.Secret))
+		}
+		return err
+	}
+	old := rec.Secret
+	rec.RetentionPeriodDays, rec.DenyExternalCleanup = want.RetentionPeriodDays, want.DenyExternalCleanup
+	if rotate {
+		rec.Secret, rec.RotationRefused = want.Secret, ""
+		meta.SetStatusCondition(&h.claim.Status.Conditions, metav1.Condition{
+			Type: ipamv1alpha1.ClaimSecretRotatedCondition, Status: metav1.ConditionTrue, Reason: ipamv1alpha1.ClaimSecretRotatedReason,
+			Message: fmt.Sprintf("%s is owned by the secret %s", rec.Address, rec.Secret), ObservedGeneration: h.claim.Generation,
+		})
+		h.Recorder.Eventf(h.claim, corev1.EventTypeNormal, "SecretRotated", "%s is now owned by the secret %s (was %s)", rec.Address, rec.Secret, old)
+	}
+	rec.writeTo(address.Labels, address.Annotations) // patched onto the IPAddress by ipamutil
+	if rotate {
+		return h.unprotectUnused(ctx, old)
+	}
+	return nil
+}
+
+// failRotation reports a refused or impossible rotation; the address stays as it is.
+func (h *ClaimHandler) failRotation(msg string) error {
+	meta.SetStatusCondition(&h.claim.Status.Conditions, metav1.Condition{
+		Type: ipamv1alpha1.ClaimSecretRotatedCondition, Status: metav1.ConditionFalse, Reason: ipamv1alpha1.ClaimSecretRotationRefusedReason,
+		Message: msg, ObservedGeneration: h.claim.Generation,
+	})
+	h.Recorder.Event(h.claim, corev1.EventTypeWarning, ipamv1alpha1.ClaimSecretRotationRefusedReason, msg)
 	return nil
 }
 
@@ -223,8 +298,13 @@ func (h *ClaimHandler) released(ctx context.Context, reg *registration, how stri
 	ctrl.LoggerFrom(ctx).V(2).Info("Released address in the IPAM-API", "address", reg.Address, "how", how)
 	h.Recorder.Eventf(h.claim, corev1.EventTypeNormal, "Released", "Released %s in zone %s (%s)", reg.Address, reg.Zone, how)
 
+	return h.unprotectUnused(ctx, reg.Secret)
+}
+
+// unprotectUnused drops the secret-in-use finalizer when no other claim uses the Secret.
+func (h *ClaimHandler) unprotectUnused(ctx context.Context, ref objectRef) error {
 	others := &ipamv1.IPAddressClaimList{}
-	if err := h.Client.List(ctx, others, client.MatchingFields{ClaimSecretIndex: secretKey(reg.Secret).String()}); err != nil {
+	if err := h.Client.List(ctx, others, client.MatchingFields{ClaimSecretIndex: secretKey(ref).String()}); err != nil {
 		return errors.Wrap(err, "listing the claims that use the Secret")
 	}
 	for _, c := range others.Items {
@@ -232,7 +312,7 @@ func (h *ClaimHandler) released(ctx context.Context, reg *registration, how stri
 			return nil
 		}
 	}
-	return h.Secrets.Unprotect(ctx, reg.Secret)
+	return h.Secrets.Unprotect(ctx, ref)
 }
 
 // recordedRegistration finds what was registered for the claim: the IPAddress's
@@ -303,26 +383,9 @@ func (h *ClaimHandler) desiredRegistration(ctx context.Context) (*registration, 
 			return nil, invalid(ipamv1alpha1.AddressesAnnotation, "%q has no %s address for pool %s", v, reg.Family, h.pool.GetName())
 		}
 	}
-	if v, ok := ann[ipamv1alpha1.RetentionPeriodDaysAnnotation]; ok {
-		n, err := strconv.Atoi(strings.TrimSpace(v))
-		if err != nil || n < 0 || n > 30 {
-			return nil, invalid(ipamv1alpha1.RetentionPeriodDaysAnnotation, "%q is not a whole number of days from 0 to 30", v)
-		}
-		reg.RetentionPeriodDays = n
-	}
-	if v, ok := ann[ipamv1alpha1.DenyExternalCleanupAnnotation]; ok {
-		b, err := strconv.ParseBool(strings.TrimSpace(v))
-		if err != nil {
-			return nil, invalid(ipamv1alpha1.DenyExternalCleanupAnnotation, "%q is not \"true\" or \"false\"", v)
-		}
-		reg.DenyExternalCleanup = b
-	}
-
 	// The secret: the claim's annotation, else the pool's secretRef, else the default.
 	reg.Secret = objectRef{Namespace: h.Config.DefaultSecret.Namespace, Name: h.Config.DefaultSecret.Name, Key: DefaultSecretKey}
-	if v := strings.TrimSpace(ann[ipamv1alpha1.SecretAnnotation]); v != "" && v != ipamv1alpha1.DefaultSecretName {
-		reg.Secret = objectRef{Namespace: h.claim.Namespace, Name: v, Key: DefaultSecretKey}
-	} else if v == "" && spec.SecretRef != nil {
+	if spec.SecretRef != nil {
 		reg.Secret = objectRef{Namespace: spec.SecretRef.Namespace, Name: spec.SecretRef.Name, Key: spec.SecretRef.Key}
 		if h.pool.GetNamespace() != "" {
 			reg.Secret.Namespace = h.pool.GetNamespace()
@@ -330,6 +393,9 @@ func (h *ClaimHandler) desiredRegistration(ctx context.Context) (*registration, 
 		if reg.Secret.Key == "" {
 			reg.Secret.Key = DefaultSecretKey
 		}
+	}
+	if err := h.applyOverrides(reg); err != nil {
+		return nil, err
 	}
 
 	// The identity.
@@ -361,6 +427,38 @@ func (h *ClaimHandler) desiredRegistration(ctx context.Context) (*registration, 
 	return reg, nil
 }
 
+// applyOverrides applies the claim's secret, retention and cleanup annotations, where
+// present, to reg.
+func (h *ClaimHandler) applyOverrides(reg *registration) error {
+	ann := h.claim.Annotations
+	invalid := func(key, format string, args ...any) error {
+		return &claimError{reason: ipamv1.IPAddressClaimReadyAllocationFailedReason, event: ipamv1alpha1.ClaimReadyInvalidAnnotationReason,
+			terminal: true, msg: fmt.Sprintf("annotation %s: ", key) + fmt.Sprintf(format, args...)}
+	}
+	if v, ok := ann[ipamv1alpha1.RetentionPeriodDaysAnnotation]; ok {
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil || n < 0 || n > 30 {
+			return invalid(ipamv1alpha1.RetentionPeriodDaysAnnotation, "%q is not a whole number of days from 0 to 30", v)
+		}
+		reg.RetentionPeriodDays = n
+	}
+	if v, ok := ann[ipamv1alpha1.DenyExternalCleanupAnnotation]; ok {
+		b, err := strconv.ParseBool(strings.TrimSpace(v))
+		if err != nil {
+			return invalid(ipamv1alpha1.DenyExternalCleanupAnnotation, "%q is not \"true\" or \"false\"", v)
+		}
+		reg.DenyExternalCleanup = b
+	}
+	switch v := strings.TrimSpace(ann[ipamv1alpha1.SecretAnnotation]); v {
+	case "":
+	case ipamv1alpha1.DefaultSecretName:
+		reg.Secret = objectRef{Namespace: h.Config.DefaultSecret.Namespace, Name: h.Config.DefaultSecret.Name, Key: DefaultSecretKey}
+	default:
+		reg.Secret = objectRef{Namespace: h.claim.Namespace, Name: v, Key: DefaultSecretKey}
+	}
+	return nil
+}
+
 // checkIdentityFree refuses an identity that another claim already holds: the IPAM-API
 // would answer both with the same address, and releasing one would free the other's.
 func (h *ClaimHandler) checkIdentityFree(ctx context.Context, reg *registration) error {
@@ -371,7 +469,7 @@ func (h *ClaimHandler) checkIdentityFree(ctx context.Context, reg *registration)
 		return errors.Wrap(err, "listing IPAddresses by registration")
 	}
 	for _, a := range addrs.Items {
-		if !metav1.IsControlledBy(&a, h.claim) {
+		if !metav1.IsControlledBy(&a, h.claim) && holdersConflict(reg.Address, a.Annotations[ipamv1alpha1.RegisteredAddressAnnotation]) {
 			other = "IPAddress " + a.Namespace + "/" + a.Name
 		}
 	}
@@ -380,12 +478,12 @@ func (h *ClaimHandler) checkIdentityFree(ctx context.Context, reg *registration)
 		return errors.Wrap(err, "listing IPAddressClaims by registration")
 	}
 	for _, c := range claims.Items {
-		if c.UID != h.claim.UID {
+		if rec, _ := claimRecord(c.Annotations); c.UID != h.claim.UID && rec != nil && holdersConflict(reg.Address, rec.Address) {
 			other = "IPAddressClaim " + c.Namespace + "/" + c.Name
 		}
 	}
 	if other == "" {
-		if holder, ok := h.reserve(ctx, key, h.claim); !ok {
+		if holder, ok := h.reserve(ctx, key, reg.Address, h.claim); !ok {
 			other = "IPAddressClaim " + holder
 		}
 	}

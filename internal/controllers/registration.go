@@ -66,6 +66,9 @@ type registration struct {
 	DenyExternalCleanup bool             `json:"denyExternalCleanup"`
 	// Registered is true once the IPAM-API has answered with Address.
 	Registered bool `json:"registered,omitempty"`
+	// RotationRefused names the secret a rotation to was refused, so it is not retried
+	// until the desired secret changes again.
+	RotationRefused string `json:"rotationRefused,omitempty"`
 	// Attempt is when the last registration request was sent. Until its answer has been
 	// seen, no other request for the identity is sent before Attempt + the quarantine.
 	Attempt time.Time `json:"attempt,omitzero"`

@@ -6,6 +6,7 @@ import (
 	"math/big"
 	"strconv"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/pkg/errors"
 	corev1 "k8s.io/api/core/v1"
@@ -75,7 +76,7 @@ func (s *Secrets) Value(ctx context.Context, ref objectRef, create, protect bool
 	if !ok {
 		return "", &errSecretNotFound{ref: ref}
 	}
-	if n := len(v); n < 8 || n > 64 {
+	if n := utf8.RuneCount(v); n < 8 || n > 64 { // the IPAM-API counts characters
 		return "", &errSecretInvalid{ref: ref, n: n}
 	}
 	if protect && !controllerutil.ContainsFinalizer(sec, ipamv1alpha1.SecretInUseFinalizer) {

@@ -34,6 +34,10 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "starting the test environment:", err)
 		os.Exit(1)
 	}
+	if err := env.StartControllerManager(); err != nil {
+		fmt.Fprintln(os.Stderr, "starting kube-controller-manager:", err)
+		os.Exit(1)
+	}
 	code := m.Run()
 	if err := env.Stop(); err != nil {
 		fmt.Fprintln(os.Stderr, "stopping the test environment:", err)

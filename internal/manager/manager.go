@@ -194,24 +194,5 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 			}
 		}
 	}
-	if o.EnableServiceController {
-		if err := (&controllers.ServiceReconciler{
-			Adapter:            adapter,
-			Recorder:           mgr.GetEventRecorderFor("vitistack-ipam-services"),
-			LoadBalancerClass:  o.LoadBalancerClass,
-			ExcludedNamespaces: o.ExcludedNamespaces,
-			DefaultZone:        o.DefaultZone,
-		}).SetupWithManager(ctx, mgr); err != nil {
-			return errors.Wrap(err, "setting up the Service controller")
-		}
-		if o.EnableWebhooks {
-			if err := (&webhooks.Service{
-				Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), LoadBalancerClass: o.LoadBalancerClass,
-				ExcludedNamespaces: o.ExcludedNamespaces, DefaultZone: o.DefaultZone,
-			}).SetupWithManager(mgr); err != nil {
-				return errors.Wrap(err, "setting up the Service webhook")
-			}
-		}
-	}
 	return nil
 }

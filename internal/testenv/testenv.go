@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -19,6 +20,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -55,6 +58,7 @@ type Env struct {
 	env     *envtest.Environment
 	httpSrv *httptest.Server
 	mgr     *runningManager
+	kcm     *exec.Cmd
 }
 
 // Logs is a concurrency-safe log sink.
@@ -69,6 +73,20 @@ func (l *Logs) String() string {
 	defer l.mu.Unlock()
 	return l.buf.String()
 }
+
+// writer is an io.Writer into the log, for processes' output.
+func (l *Logs) writer(prefix string) io.Writer {
+	return writerFunc(func(p []byte) (int, error) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		fmt.Fprintf(&l.buf, "%s: %s", prefix, p)
+		return len(p), nil
+	})
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
 func (l *Logs) logger() logr.Logger {
 	verbose := os.Getenv("TESTENV_VERBOSE") != ""
@@ -114,6 +132,9 @@ func DefaultOptions() manager.Options {
 		MaxConcurrentReconciles: 10,
 		PoolProbeInterval:       5 * time.Minute,
 		EnableWebhooks:          true,
+		EnableServiceController: true,
+		DefaultZone:             "hnet-private",
+		ExcludedNamespaces:      []string{"kube-system", "kube-public", "kube-node-lease", manager.ProviderNamespace},
 	}
 }
 
@@ -140,9 +161,11 @@ func Start(ctx context.Context, opts manager.Options) (*Env, error) {
 			ErrorIfPathMissing: true,
 		},
 		WebhookInstallOptions: envtest.WebhookInstallOptions{
-			Paths: []string{filepath.Join(root, "config", "webhook")},
+			Paths: []string{filepath.Join(root, "config", "webhook"), filepath.Join(root, "config", "services")},
 		},
 	}
+	// Dual-stack Services, as on the clusters the Service controller serves.
+	env.ControlPlane.GetAPIServer().Configure().Set("service-cluster-ip-range", "10.96.0.0/16,fd00:10:96::/112")
 	cfg, err := env.Start()
 	if err != nil {
 		return nil, errors.Wrap(err, "starting envtest")
@@ -227,6 +250,42 @@ func (e *Env) ExtraSim() (*sim.Server, string, func()) {
 	return s, srv.URL, srv.Close
 }
 
+// StartControllerManager runs kube-controller-manager's garbage collector and namespace
+// controller against the test API server (envtest runs no controllers), until Stop.
+func (e *Env) StartControllerManager() error {
+	assets, err := assetsDir()
+	if err != nil {
+		return err
+	}
+	bin := filepath.Join(assets, "kube-controller-manager")
+	dir, err := os.MkdirTemp("", "kcm-")
+	if err != nil {
+		return errors.Wrap(err, "creating a directory for kube-controller-manager")
+	}
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := clientcmd.WriteToFile(*KubeconfigFor(e.Config), kubeconfig); err != nil {
+		return errors.Wrap(err, "writing kube-controller-manager's kubeconfig")
+	}
+	cmd := exec.Command(bin, "--kubeconfig="+kubeconfig, "--controllers=garbagecollector,namespace",
+		"--leader-elect=false", "--secure-port=0", "--use-service-account-credentials=false", "--v=1")
+	cmd.Stdout, cmd.Stderr = e.Logs.writer("kube-controller-manager"), e.Logs.writer("kube-controller-manager")
+	if err := cmd.Start(); err != nil {
+		return errors.Wrapf(err, "starting %s (run 'make test-assets')", bin)
+	}
+	e.kcm = cmd
+	return nil
+}
+
+// KubeconfigFor turns a rest.Config into a kubeconfig.
+func KubeconfigFor(cfg *rest.Config) *clientcmdapi.Config {
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["test"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
+	kc.AuthInfos["test"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}
+	kc.Contexts["test"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: "test"}
+	kc.CurrentContext = "test"
+	return kc
+}
+
 // StopManager stops the manager as a crash would: at once, wherever its reconciles are.
 func (e *Env) StopManager() error {
 	if e.mgr == nil {
@@ -241,6 +300,10 @@ func (e *Env) StopManager() error {
 // Stop stops everything.
 func (e *Env) Stop() error {
 	_ = e.StopManager()
+	if e.kcm != nil {
+		_ = e.kcm.Process.Kill()
+		_ = e.kcm.Wait()
+	}
 	e.httpSrv.Close()
 	return e.env.Stop()
 }

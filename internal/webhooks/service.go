@@ -2,20 +2,53 @@ package webhooks
 
 import (
 	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"unicode/utf8"
 
+	"github.com/pkg/errors"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/controllers"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/lbservice"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi"
 )
 
-// Service validates the ipam.vitistack.io annotations of Services of type
-// LoadBalancer. (Being written.)
+// The webhook's configuration is written by hand in config/services/service_webhook.yaml:
+// controller-gen cannot express its matchConditions (only type LoadBalancer) and
+// namespaceSelector. Its path, /validate--v1-service, is the one the builder gives
+// corev1.Service.
+
+// Limits of an IPAM-API secret value (the IPAM-API's own validation).
+const (
+	minSecretLength = 8
+	maxSecretLength = 64
+)
+
+var serviceGroupKind = schema.GroupKind{Kind: "Service"}
+
+// Service validates the ipam.vitistack.io annotations of the Services the Service
+// controller serves (type LoadBalancer, the controller's class, not in an excluded
+// namespace), so that a mistake is refused when it is made instead of showing up later
+// as a Service without an address. It only reads: nothing is allocated or written in
+// admission.
 type Service struct {
-	// Client reads pools through the manager's cache.
+	// Client reads GlobalVitistackIPPools through the manager's cache.
 	Client client.Reader
-	// APIReader reads Secrets uncached.
+	// APIReader reads Secrets, and pools again before a refusal, uncached.
 	APIReader client.Reader
 	// LoadBalancerClass, ExcludedNamespaces and DefaultZone are the Service
 	// controller's settings: only the Services it serves are checked.
@@ -31,17 +64,250 @@ func (w *Service) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewWebhookManagedBy(mgr).For(&corev1.Service{}).WithValidator(w).Complete()
 }
 
-// ValidateCreate implements admission.CustomValidator.
-func (w *Service) ValidateCreate(context.Context, runtime.Object) (admission.Warnings, error) {
-	return nil, nil
+// ValidateCreate checks the annotations of a new Service.
+func (w *Service) ValidateCreate(ctx context.Context, obj runtime.Object) (admission.Warnings, error) {
+	svc, ok := obj.(*corev1.Service)
+	if !ok {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("expected a Service, got %T", obj))
+	}
+	if !w.serves(svc) {
+		return nil, nil
+	}
+	return nil, w.validate(ctx, svc)
 }
 
-// ValidateUpdate implements admission.CustomValidator.
-func (w *Service) ValidateUpdate(context.Context, runtime.Object, runtime.Object) (admission.Warnings, error) {
-	return nil, nil
+// ValidateUpdate checks the annotations of the updated Service. An update that leaves
+// what the annotations mean unchanged, or only removes ipam.vitistack.io annotations,
+// is not judged again: it cannot make things worse, and refusing it would block the
+// controller's own writes (finalizers, MetalLB annotations) once, say, a pool is gone.
+// A Service being deleted is never held up.
+func (w *Service) ValidateUpdate(ctx context.Context, oldObj, newObj runtime.Object) (admission.Warnings, error) {
+	oldSvc, ok := oldObj.(*corev1.Service)
+	if !ok {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("expected a Service, got %T", oldObj))
+	}
+	svc, ok := newObj.(*corev1.Service)
+	if !ok {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("expected a Service, got %T", newObj))
+	}
+	if !w.serves(svc) || !svc.DeletionTimestamp.IsZero() {
+		return nil, nil
+	}
+	if w.serves(oldSvc) && sameServiceSpec(oldSvc, svc) && onlyRemovesAnnotations(oldSvc, svc) {
+		return nil, nil
+	}
+	return nil, w.validate(ctx, svc)
 }
 
-// ValidateDelete implements admission.CustomValidator.
+// ValidateDelete allows every delete: releasing is the controller's job.
 func (w *Service) ValidateDelete(context.Context, runtime.Object) (admission.Warnings, error) {
+	return nil, nil
+}
+
+// serves tells whether the Service controller serves svc.
+func (w *Service) serves(svc *corev1.Service) bool {
+	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer || slices.Contains(w.ExcludedNamespaces, svc.Namespace) {
+		return false
+	}
+	class := ""
+	if svc.Spec.LoadBalancerClass != nil {
+		class = *svc.Spec.LoadBalancerClass
+	}
+	return class == w.LoadBalancerClass
+}
+
+// sameServiceSpec tells whether the spec fields the annotations are checked against
+// are unchanged.
+func sameServiceSpec(a, b *corev1.Service) bool {
+	return a.Spec.Type == b.Spec.Type &&
+		ptrEqual(a.Spec.LoadBalancerClass, b.Spec.LoadBalancerClass) &&
+		ptrEqual(a.Spec.IPFamilyPolicy, b.Spec.IPFamilyPolicy) &&
+		slices.Equal(a.Spec.IPFamilies, b.Spec.IPFamilies)
+}
+
+func ptrEqual[T comparable](a, b *T) bool {
+	return (a == nil) == (b == nil) && (a == nil || *a == *b)
+}
+
+// onlyRemovesAnnotations tells whether every ipam.vitistack.io annotation of b is in a
+// with the same value.
+func onlyRemovesAnnotations(a, b *corev1.Service) bool {
+	for k, v := range b.Annotations {
+		if !strings.HasPrefix(k, ipamAnnotationPrefix) {
+			continue
+		}
+		if old, ok := a.Annotations[k]; !ok || old != v {
+			return false
+		}
+	}
+	return true
+}
+
+var ipamAnnotationPrefix = ipamv1alpha1.GroupVersion.Group + "/"
+
+// validate returns nil, an Invalid error listing every problem of svc's annotations,
+// or an InternalError when a lookup failed.
+func (w *Service) validate(ctx context.Context, svc *corev1.Service) error {
+	spec, errs := lbservice.Parse(svc, w.DefaultZone)
+
+	poolErrs, err := w.checkPools(ctx, svc, spec)
+	if err != nil {
+		return apierrors.NewInternalError(err)
+	}
+	errs = append(errs, poolErrs...)
+
+	secretErrs, err := w.checkSecret(ctx, svc, spec)
+	if err != nil {
+		return apierrors.NewInternalError(err)
+	}
+	errs = append(errs, secretErrs...)
+
+	if len(errs) == 0 {
+		return nil
+	}
+	ctrl.LoggerFrom(ctx).V(4).Info("Refusing Service: invalid ipam.vitistack.io annotations",
+		"Service", klog.KObj(svc), "problems", len(errs))
+	return apierrors.NewInvalid(serviceGroupKind, svc.Name, errs)
+}
+
+// uncached returns APIReader, else Client.
+func (w *Service) uncached() client.Reader {
+	if w.APIReader != nil {
+		return w.APIReader
+	}
+	return w.Client
+}
+
+// checkPools checks that GlobalVitistackIPPools serve the zone and families asked for.
+// It judges from the cache and, before refusing, once more from the API server, so a
+// pool applied together with the Service is not missed.
+func (w *Service) checkPools(ctx context.Context, svc *corev1.Service, spec *lbservice.Spec) (field.ErrorList, error) {
+	if spec.Zone == "" {
+		return nil, nil // Parse reported it.
+	}
+	readers := []client.Reader{w.Client, w.uncached()}
+	var errs field.ErrorList
+	for _, r := range readers {
+		pools := &ipamv1alpha1.GlobalVitistackIPPoolList{}
+		if err := r.List(ctx, pools); err != nil {
+			return nil, errors.Wrap(err, "listing GlobalVitistackIPPools")
+		}
+		if errs = poolErrors(svc, spec, pools.Items); len(errs) == 0 {
+			return nil, nil
+		}
+	}
+	return errs, nil
+}
+
+// poolErrors judges spec against pools.
+func poolErrors(svc *corev1.Service, spec *lbservice.Spec, pools []ipamv1alpha1.GlobalVitistackIPPool) field.ErrorList {
+	path := field.NewPath("metadata", "annotations")
+	zones := map[string]bool{}
+	byName := map[string]*ipamv1alpha1.GlobalVitistackIPPool{}
+	for i := range pools {
+		zones[pools[i].Spec.Zone] = true
+		byName[pools[i].Name] = &pools[i]
+	}
+
+	if !zones[spec.Zone] {
+		fix := fmt.Sprintf("set %s to a zone a GlobalVitistackIPPool serves, or create a GlobalVitistackIPPool with spec.zone=%s",
+			ipamv1alpha1.ZoneAnnotation, spec.Zone)
+		known := "no GlobalVitistackIPPool exists yet"
+		if len(zones) > 0 {
+			known = "known zones: " + strings.Join(slices.Sorted(maps.Keys(zones)), ", ")
+		}
+		return field.ErrorList{field.Invalid(path.Key(ipamv1alpha1.ZoneAnnotation), spec.Zone,
+			fmt.Sprintf("unknown zone: no GlobalVitistackIPPool serves zone %s (%s); %s", spec.Zone, known, fix))}
+	}
+
+	var errs field.ErrorList
+	if len(spec.Pools) == 0 {
+		familyValue := annotation(svc, ipamv1alpha1.IPFamilyAnnotation, lbservice.FamilyIPv4)
+		for _, fam := range spec.Families {
+			if !slices.ContainsFunc(pools, func(p ipamv1alpha1.GlobalVitistackIPPool) bool { return serves(&p, spec.Zone, fam) }) {
+				errs = append(errs, field.Invalid(path.Key(ipamv1alpha1.IPFamilyAnnotation), familyValue,
+					fmt.Sprintf("zone %s has no GlobalVitistackIPPool for %s: create a GlobalVitistackIPPool with spec.zone=%s and spec.ipFamily=%s, or ask for another family",
+						spec.Zone, fam, spec.Zone, poolFamily(fam))))
+			}
+		}
+		return errs
+	}
+
+	poolPath := path.Key(ipamv1alpha1.PoolAnnotation)
+	poolValue := annotation(svc, ipamv1alpha1.PoolAnnotation, "")
+	var named []string
+	for _, name := range spec.Pools {
+		p, ok := byName[name]
+		if !ok {
+			errs = append(errs, field.Invalid(poolPath, poolValue,
+				fmt.Sprintf("GlobalVitistackIPPool %s does not exist: create it, or remove it from %s", name, ipamv1alpha1.PoolAnnotation)))
+			continue
+		}
+		named = append(named, fmt.Sprintf("%s (zone %s, %s)", name, p.Spec.Zone, p.Spec.IPFamily))
+	}
+	if len(errs) > 0 {
+		return errs
+	}
+	for _, fam := range spec.Families {
+		if !slices.ContainsFunc(spec.Pools, func(name string) bool { return serves(byName[name], spec.Zone, fam) }) {
+			errs = append(errs, field.Invalid(poolPath, poolValue,
+				fmt.Sprintf("none of the named pools serves zone %s with family %s (named: %s): add a GlobalVitistackIPPool with spec.zone=%s and spec.ipFamily=%s to %s",
+					spec.Zone, fam, strings.Join(named, ", "), spec.Zone, poolFamily(fam), ipamv1alpha1.PoolAnnotation)))
+		}
+	}
+	return errs
+}
+
+func serves(p *ipamv1alpha1.GlobalVitistackIPPool, zone string, fam ipamapi.Family) bool {
+	return p.Spec.Zone == zone && p.Spec.IPFamily == poolFamily(fam)
+}
+
+func poolFamily(fam ipamapi.Family) ipamv1alpha1.IPFamily {
+	if fam == ipamapi.FamilyIPv6 {
+		return ipamv1alpha1.IPv6
+	}
+	return ipamv1alpha1.IPv4
+}
+
+// annotation returns the trimmed value of key, or def when it is not set.
+func annotation(svc *corev1.Service, key, def string) string {
+	if v, ok := svc.Annotations[key]; ok {
+		return strings.TrimSpace(v)
+	}
+	return def
+}
+
+// checkSecret checks that a custom secret exists in the Service's namespace and holds
+// a value the IPAM-API accepts. The value is never read into a message.
+func (w *Service) checkSecret(ctx context.Context, svc *corev1.Service, spec *lbservice.Spec) (field.ErrorList, error) {
+	name := spec.Secret
+	if name == ipamv1alpha1.DefaultSecretName {
+		return nil, nil
+	}
+	p := field.NewPath("metadata", "annotations").Key(ipamv1alpha1.SecretAnnotation)
+	if msgs := validation.IsDNS1123Subdomain(name); len(msgs) > 0 {
+		return field.ErrorList{field.Invalid(p, name, fmt.Sprintf(
+			"must be %q or the name of a Secret in namespace %s: %s", ipamv1alpha1.DefaultSecretName, svc.Namespace, strings.Join(msgs, "; ")))}, nil
+	}
+	key := controllers.DefaultSecretKey
+	howTo := fmt.Sprintf("create an Opaque Secret %s in namespace %s with key %q holding %d to %d characters, or set %s to %q",
+		name, svc.Namespace, key, minSecretLength, maxSecretLength, ipamv1alpha1.SecretAnnotation, ipamv1alpha1.DefaultSecretName)
+	sec := &corev1.Secret{}
+	if err := w.uncached().Get(ctx, types.NamespacedName{Namespace: svc.Namespace, Name: name}, sec); err != nil {
+		if apierrors.IsNotFound(err) {
+			return field.ErrorList{field.Invalid(p, name, fmt.Sprintf("Secret %s/%s does not exist: %s", svc.Namespace, name, howTo))}, nil
+		}
+		return nil, errors.Wrapf(err, "reading Secret %s/%s", svc.Namespace, name)
+	}
+	v, ok := sec.Data[key]
+	if !ok {
+		return field.ErrorList{field.Invalid(p, name, fmt.Sprintf("Secret %s/%s has no key %q: put the IPAM-API secret (%d to %d characters) under key %q",
+			svc.Namespace, name, key, minSecretLength, maxSecretLength, key))}, nil
+	}
+	// Counted as the controller counts it (bytes); the value itself is never shown.
+	if n := utf8.RuneCount(v); n < minSecretLength || n > maxSecretLength {
+		return field.ErrorList{field.Invalid(p, name, fmt.Sprintf("the value under key %q of Secret %s/%s must be %d to %d characters long for the IPAM-API",
+			key, svc.Namespace, name, minSecretLength, maxSecretLength))}, nil
+	}
 	return nil, nil
 }
