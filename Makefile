@@ -50,6 +50,7 @@ manifests: $(CONTROLLER_GEN) ## Generate CRDs, RBAC and webhook configuration un
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
 	$(CONTROLLER_GEN) rbac:roleName=manager-role paths=./internal/... paths=./cmd/... output:rbac:artifacts:config=config/rbac
 	$(CONTROLLER_GEN) webhook paths=./internal/webhooks/... output:webhook:artifacts:config=config/webhook
+	go run ./hack/capi-crds config/services/capi-crds
 
 .PHONY: verify-gen
 verify-gen: generate manifests ## Fail if generated files are stale.

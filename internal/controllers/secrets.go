@@ -128,7 +128,17 @@ func (s *Secrets) EnsureDefault(ctx context.Context) error {
 		Type: corev1.SecretTypeOpaque,
 		Data: map[string][]byte{DefaultSecretKey: []byte(value)},
 	}
-	if err := s.Writer.Create(ctx, sec); err != nil && !apierrors.IsAlreadyExists(err) {
+	err = s.Writer.Create(ctx, sec)
+	if apierrors.IsNotFound(err) {
+		// Its namespace does not exist yet (ipam-system on a cluster the IPAM-operator
+		// never ran on): create it, then the Secret.
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: s.Default.Namespace}}
+		if err := s.Writer.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+			return errors.Wrapf(err, "creating Namespace %s for the default Secret", s.Default.Namespace)
+		}
+		err = s.Writer.Create(ctx, sec)
+	}
+	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return errors.Wrapf(err, "creating default Secret %s", s.Default)
 	}
 	return nil

@@ -405,3 +405,27 @@ func registerDirect(t *testing.T, body string) string {
 	g.Expect(res.StatusCode).To(Equal(200), out.Message)
 	return out.Address
 }
+
+// A new retention on a bound Service is carried to its registration, with its address.
+func TestServiceRetentionChangeReregisters(t *testing.T) {
+	g := NewWithT(t)
+	servicePools(t)
+	ns := newNamespace(t)
+	svc := published(t, newService(t, ns.Name, "keep", nil), 1)
+	ip := svc.Annotations["metallb.io/loadBalancerIPs"]
+	patchAnnotations(t, svc, map[string]string{"ipam.vitistack.io/retention-period-days": "5"})
+	g.Eventually(func() int {
+		h := holdersOf(ip + "/32")
+		if len(h) != 1 {
+			return -1
+		}
+		return h[0].RetentionPeriodDays
+	}, eventually, poll).Should(Equal(5))
+	g.Expect(env.Sim.HeldBy(operatorIdentity(t, svc))).To(HaveLen(1), "the same address")
+
+	// The release then keeps the address for 5 days.
+	deleteAndWait(t, svc)
+	h := holdersOf(ip + "/32")
+	g.Expect(h[0].ExpiresAt).NotTo(BeNil())
+	g.Expect(h[0].ExpiresAt.Sub(env.Clock.Now()).Hours()).To(BeNumerically("~", 5*24, 1))
+}

@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"sync"
 	"time"
 
@@ -113,15 +112,6 @@ func assetsDir() (string, error) {
 	return "", errors.New("kube-apiserver not found: run 'make test-assets' (it builds bin/kube-apiserver and bin/etcd)")
 }
 
-// CAPICRDDir returns the CAPI module's CRD directory from the module cache.
-func CAPICRDDir() (string, error) {
-	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/cluster-api").Output()
-	if err != nil {
-		return "", errors.Wrap(err, "locating sigs.k8s.io/cluster-api in the module cache")
-	}
-	return filepath.Join(strings.TrimSpace(string(out)), "config", "crd", "bases"), nil
-}
-
 // DefaultOptions are the manager options the integration tests run with: short
 // IPAM-API timeouts, webhooks on.
 func DefaultOptions() manager.Options {
@@ -144,24 +134,20 @@ func Start(ctx context.Context, opts manager.Options) (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
-	capiCRDs, err := CAPICRDDir()
-	if err != nil {
-		return nil, err
-	}
 	root := RepoRoot()
 	env := &envtest.Environment{
 		BinaryAssetsDirectory: assets,
 		CRDInstallOptions: envtest.CRDInstallOptions{
 			Paths: []string{
 				filepath.Join(root, "config", "crd", "bases"),
-				filepath.Join(capiCRDs, "ipam.cluster.x-k8s.io_ipaddressclaims.yaml"),
-				filepath.Join(capiCRDs, "ipam.cluster.x-k8s.io_ipaddresses.yaml"),
-				filepath.Join(capiCRDs, "cluster.x-k8s.io_clusters.yaml"),
+				// CAPI's IPAddressClaim, IPAddress and Cluster CRDs as the workload flavour
+				// ships them (v1beta2 only), generated from the CAPI module.
+				filepath.Join(root, "config", "services", "capi-crds"),
 			},
 			ErrorIfPathMissing: true,
 		},
 		WebhookInstallOptions: envtest.WebhookInstallOptions{
-			Paths: []string{filepath.Join(root, "config", "webhook"), filepath.Join(root, "config", "services")},
+			Paths: []string{filepath.Join(root, "config", "webhook"), filepath.Join(root, "config", "services", "webhook")},
 		},
 	}
 	// Dual-stack Services, as on the clusters the Service controller serves.
