@@ -90,16 +90,9 @@ func (r *ServiceReconciler) servicesWithoutAddresses(ctx context.Context, _ clie
 	return reqs
 }
 
-// serves reports whether the Service is one this controller gives addresses to.
+// serves reports whether the Service controller serves svc.
 func (r *ServiceReconciler) serves(svc *corev1.Service) bool {
-	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer || slices.Contains(r.ExcludedNamespaces, svc.Namespace) {
-		return false
-	}
-	class := ""
-	if svc.Spec.LoadBalancerClass != nil {
-		class = *svc.Spec.LoadBalancerClass
-	}
-	return class == r.LoadBalancerClass
+	return lbservice.Served(svc, r.LoadBalancerClass, r.ExcludedNamespaces)
 }
 
 // Reconcile brings a Service's claims and annotations in line with its annotations.

@@ -166,6 +166,20 @@ func checkServiceFamilies(svc *corev1.Service, fams []ipamapi.Family, p *field.P
 	return errs
 }
 
+// Served reports whether a Service is one the Service controller gives addresses to:
+// of type LoadBalancer, with the given loadBalancerClass (empty: none), and outside
+// the excluded namespaces.
+func Served(svc *corev1.Service, class string, excluded []string) bool {
+	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer || slices.Contains(excluded, svc.Namespace) {
+		return false
+	}
+	has := ""
+	if svc.Spec.LoadBalancerClass != nil {
+		has = *svc.Spec.LoadBalancerClass
+	}
+	return has == class
+}
+
 // Bare turns "10.0.0.1/32" into "10.0.0.1".
 func Bare(cidr string) string {
 	if a, err := ipamapi.ParseHost(cidr); err == nil {

@@ -104,16 +104,9 @@ func (w *Service) ValidateDelete(context.Context, runtime.Object) (admission.War
 	return nil, nil
 }
 
-// serves tells whether the Service controller serves svc.
+// serves reports whether the Service controller serves svc.
 func (w *Service) serves(svc *corev1.Service) bool {
-	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer || slices.Contains(w.ExcludedNamespaces, svc.Namespace) {
-		return false
-	}
-	class := ""
-	if svc.Spec.LoadBalancerClass != nil {
-		class = *svc.Spec.LoadBalancerClass
-	}
-	return class == w.LoadBalancerClass
+	return lbservice.Served(svc, w.LoadBalancerClass, w.ExcludedNamespaces)
 }
 
 // sameServiceSpec tells whether the spec fields the annotations are checked against
