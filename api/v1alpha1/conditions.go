@@ -21,6 +21,14 @@ const (
 	PoolReadyIPAMAPIUnreachableReason = "IPAMAPIUnreachable"
 	// PoolReadyDeletingReason: the pool is being deleted.
 	PoolReadyDeletingReason = "Deleting"
+
+	// PoolExhaustedCondition is true when a subnet-mode pool has no address left to hand
+	// out; claims wait until one frees up.
+	PoolExhaustedCondition = "Exhausted"
+	// PoolExhaustedReason: every usable address is in use or held elsewhere.
+	PoolExhaustedReason = "NoFreeAddress"
+	// PoolNotExhaustedReason: addresses are left.
+	PoolNotExhaustedReason = "AddressesLeft"
 )
 
 // Reasons used on IPAddressClaims beside the CAPI ones (AllocationFailed, PoolNotReady,

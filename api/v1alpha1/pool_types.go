@@ -21,6 +21,11 @@ const (
 // +kubebuilder:validation:XValidation:rule="!has(self.gateway) || !isIP(self.gateway) || (self.ipFamily == 'IPv4' ? ip(self.gateway).family() == 4 : ip(self.gateway).family() == 6)",message="gateway must be an address of the pool's ipFamily"
 // +kubebuilder:validation:XValidation:rule="!has(self.prefix) || self.ipFamily == 'IPv6' || self.prefix <= 32",message="prefix must be between 1 and 32 for ipFamily IPv4"
 // +kubebuilder:validation:XValidation:rule="!has(self.caBundleRef) || (has(self.endpoint) && self.endpoint.startsWith('https://'))",message="caBundleRef needs an https:// endpoint"
+// +kubebuilder:validation:XValidation:rule="!has(self.subnet) || !isCIDR(self.subnet) || cidr(self.subnet).ip().family() == (self.ipFamily == 'IPv4' ? 4 : 6)",message="subnet must be a CIDR of the pool's ipFamily"
+// +kubebuilder:validation:XValidation:rule="!has(self.subnet) || !isCIDR(self.subnet) || !has(self.gateway) || !isIP(self.gateway) || cidr(self.subnet).containsIP(self.gateway)",message="gateway must lie inside subnet"
+// +kubebuilder:validation:XValidation:rule="!has(self.excludedAddresses) || has(self.subnet)",message="excludedAddresses needs subnet (they are skipped when the provider picks addresses of the subnet)"
+// +kubebuilder:validation:XValidation:rule="!has(self.excludedAddresses) || !has(self.subnet) || !isCIDR(self.subnet) || self.excludedAddresses.all(e, e.contains('-') ? (e.split('-').size() == 2 && isIP(e.split('-')[0]) && isIP(e.split('-')[1]) && cidr(self.subnet).containsIP(e.split('-')[0]) && cidr(self.subnet).containsIP(e.split('-')[1])) : (isIP(e) ? cidr(self.subnet).containsIP(e) : (isCIDR(e) && cidr(self.subnet).containsCIDR(e))))",message="every excludedAddresses entry must be an address, a CIDR or a range first-last inside subnet"
+// +kubebuilder:validation:XValidation:rule="!has(self.subnet) || !isCIDR(self.subnet) || !has(self.prefix) || self.prefix <= cidr(self.subnet).prefixLength()",message="prefix must not be longer than the subnet's prefix length"
 type VitistackIPPoolSpec struct {
 	// zone is the IPAM-API zone addresses are allocated from, for example inet,
 	// hnet-private or hnet-public.
@@ -78,6 +83,25 @@ type VitistackIPPoolSpec struct {
 	// endpoint's TLS certificate. Unset means the system's trust store.
 	// +optional
 	CABundleRef *CABundleReference `json:"caBundleRef,omitempty"`
+
+	// subnet switches the pool to subnet mode: the provider picks host addresses of this
+	// node network itself, in order (never the network address, the IPv4 broadcast
+	// address, the gateway or an excluded address), and registers each explicitly. The
+	// IPAddress gets the subnet's prefix length (or prefix) and the gateway. Without it
+	// the pool is in routed mode: the IPAM-API picks any free address of the zone. The
+	// subnet must lie inside the zone.
+	// +optional
+	// +kubebuilder:validation:MaxLength=49
+	// +kubebuilder:validation:XValidation:rule="isCIDR(self) && cidr(self) == cidr(self).masked()",message="subnet must be a network in CIDR form, for example 10.20.0.0/24"
+	Subnet string `json:"subnet,omitempty"`
+
+	// excludedAddresses are addresses (10.20.0.5), CIDRs (10.20.0.16/28) or ranges
+	// (10.20.0.100-10.20.0.120) of the subnet that are never handed out.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=256
+	// +kubebuilder:validation:items:MaxLength=91
+	ExcludedAddresses []string `json:"excludedAddresses,omitempty"`
 
 	// clusterID is the cluster_id sent to the IPAM-API for claims of this pool. Unset
 	// means the manager's --cluster-id flag, else the UID of the kube-system Namespace.
@@ -155,6 +179,17 @@ type VitistackIPPoolStatus struct {
 	// +kubebuilder:validation:Minimum=0
 	AddressesInUse *int32 `json:"addressesInUse,omitempty"`
 
+	// subnetSize is the number of addresses of the subnet the provider may hand out
+	// (subnet mode; without network, broadcast, gateway and excluded addresses). It is
+	// capped at 2^63-1 for large IPv6 subnets.
+	// +optional
+	SubnetSize *int64 `json:"subnetSize,omitempty"`
+
+	// addressesTakenElsewhere is the number of subnet addresses the provider found held
+	// by someone else in the IPAM-API and skipped (subnet mode; since the manager started).
+	// +optional
+	AddressesTakenElsewhere *int32 `json:"addressesTakenElsewhere,omitempty"`
+
 	// observedGeneration is the pool generation the status was computed for.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
@@ -168,6 +203,7 @@ type VitistackIPPoolStatus struct {
 // +kubebuilder:storageversion
 // +kubebuilder:printcolumn:name="Zone",type="string",JSONPath=".spec.zone",description="IPAM-API zone"
 // +kubebuilder:printcolumn:name="Family",type="string",JSONPath=".spec.ipFamily",description="Address family"
+// +kubebuilder:printcolumn:name="Subnet",type="string",JSONPath=".spec.subnet",description="Node network (subnet mode)"
 // +kubebuilder:printcolumn:name="In use",type="integer",JSONPath=".status.addressesInUse",description="Addresses allocated from this pool"
 // +kubebuilder:printcolumn:name="Ready",type="string",JSONPath=".status.conditions[?(@.type=='Ready')].status",description="Whether the pool can serve claims"
 // +kubebuilder:printcolumn:name="Reason",type="string",JSONPath=".status.conditions[?(@.type=='Ready')].reason",priority=1,description="Why the pool is (not) ready"
@@ -212,6 +248,7 @@ type VitistackIPPoolList struct {
 // +kubebuilder:storageversion
 // +kubebuilder:printcolumn:name="Zone",type="string",JSONPath=".spec.zone",description="IPAM-API zone"
 // +kubebuilder:printcolumn:name="Family",type="string",JSONPath=".spec.ipFamily",description="Address family"
+// +kubebuilder:printcolumn:name="Subnet",type="string",JSONPath=".spec.subnet",description="Node network (subnet mode)"
 // +kubebuilder:printcolumn:name="In use",type="integer",JSONPath=".status.addressesInUse",description="Addresses allocated from this pool"
 // +kubebuilder:printcolumn:name="Ready",type="string",JSONPath=".status.conditions[?(@.type=='Ready')].status",description="Whether the pool can serve claims"
 // +kubebuilder:printcolumn:name="Reason",type="string",JSONPath=".status.conditions[?(@.type=='Ready')].reason",priority=1,description="Why the pool is (not) ready"

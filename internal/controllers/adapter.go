@@ -74,6 +74,8 @@ type ProviderAdapter struct {
 	answered map[types.UID]time.Time
 	// wake re-queues a claim at a chosen time (ipamutil keeps no result on errors).
 	wake chan event.GenericEvent
+	// subnets is what this process knows about subnet-mode candidates.
+	subnets subnetState
 }
 
 // wakeAt re-queues the claim at t, besides the back-off of the error it returns now.
@@ -192,6 +194,10 @@ func (a *ProviderAdapter) SetupWithManager(_ context.Context, b *ctrl.Builder) e
 		addressKinds = append(addressKinds, ipampredicates.AddressReferencesPoolKind(gk))
 	}
 	a.wake = make(chan event.GenericEvent, 1024)
+	a.subnets.recheck = a.Config.SubnetRecheckInterval
+	if a.subnets.recheck <= 0 {
+		a.subnets.recheck = time.Minute
+	}
 	workers := a.Config.MaxConcurrentReconciles
 	if workers < 1 {
 		workers = 1
@@ -206,6 +212,14 @@ func (a *ProviderAdapter) SetupWithManager(_ context.Context, b *ctrl.Builder) e
 		}).
 		Owns(&ipamv1.IPAddress{}, builder.WithPredicates(predicate.Or(addressKinds...))).
 		WatchesRawSource(source.Channel(a.wake, &handler.EnqueueRequestForObject{})).
+		// An address that goes frees room in its pool (subnet mode): waiting claims try again.
+		Watches(&ipamv1.IPAddress{}, handler.EnqueueRequestsFromMapFunc(a.claimsWaitingOnAddress),
+			builder.WithPredicates(predicate.Funcs{
+				CreateFunc:  func(event.CreateEvent) bool { return false },
+				UpdateFunc:  func(event.UpdateEvent) bool { return false },
+				DeleteFunc:  func(event.DeleteEvent) bool { return true },
+				GenericFunc: func(event.GenericEvent) bool { return false },
+			})).
 		Watches(&ipamv1alpha1.VitistackIPPool{}, handler.EnqueueRequestsFromMapFunc(a.waitingClaims(ipamv1alpha1.VitistackIPPoolKind)),
 			builder.WithPredicates(poolBecameUsable())).
 		Watches(&ipamv1alpha1.GlobalVitistackIPPool{}, handler.EnqueueRequestsFromMapFunc(a.waitingClaims(ipamv1alpha1.GlobalVitistackIPPoolKind)),
@@ -261,6 +275,19 @@ func userAnnotations(o client.Object) map[string]string {
 	m := maps.Clone(o.GetAnnotations())
 	delete(m, ipamv1alpha1.RegistrationAnnotation)
 	return m
+}
+
+// claimsWaitingOnAddress maps a deleted IPAddress to the waiting claims of its pool.
+func (a *ProviderAdapter) claimsWaitingOnAddress(ctx context.Context, o client.Object) []reconcile.Request {
+	addr, ok := o.(*ipamv1.IPAddress)
+	if !ok || addr.Spec.PoolRef.APIGroup != ipamv1alpha1.GroupVersion.Group {
+		return nil
+	}
+	pool := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: addr.Spec.PoolRef.Name}}
+	if addr.Spec.PoolRef.Kind == ipamv1alpha1.VitistackIPPoolKind {
+		pool.Namespace = addr.Namespace
+	}
+	return a.waitingClaims(addr.Spec.PoolRef.Kind)(ctx, pool)
 }
 
 // poolBecameUsable passes pool events after which waiting claims may succeed: a new

@@ -81,6 +81,9 @@ func (h *ClaimHandler) EnsureAddress(ctx context.Context, address *ipamv1.IPAddr
 			return nil, h.failWith(err)
 		}
 	}
+	if h.pool.PoolSpec().Subnet != "" && !reg.Registered {
+		return nil, h.allocateInSubnet(ctx, address, reg)
+	}
 	// A registered record without an IPAddress (it was lost, or the claim was restored
 	// or moved without it) is sent again with its address, never without.
 	if err := h.checkIdentityFree(ctx, reg); err != nil {
@@ -123,18 +126,23 @@ func (h *ClaimHandler) EnsureAddress(ctx context.Context, address *ipamv1.IPAddr
 		return nil, h.registerFailed(reg, err)
 	}
 
+	return nil, h.registered(ctx, address, reg, res)
+}
+
+// registered completes the claim's record and the IPAddress from a successful answer.
+func (h *ClaimHandler) registered(ctx context.Context, address *ipamv1.IPAddress, reg *registration, res *ipamapi.Response) error {
 	host, err := ipamapi.ParseHost(res.Address)
 	if err != nil || ipamapi.FamilyOf(host) != reg.Family {
 		err := errors.Errorf("the IPAM-API answered with %q, which is not an %s address", res.Address, reg.Family)
-		return nil, h.fail(ipamv1.IPAddressClaimReadyAllocationFailedReason, err.Error(), "", err)
+		return h.fail(ipamv1.IPAddressClaimReadyAllocationFailedReason, err.Error(), "", err)
 	}
 	reg.Address, _ = ipamapi.CanonicalCIDR(res.Address)
-	reg.Registered = true
+	reg.Registered, reg.Declined = true, false
 	reg.setOn(h.claim) // saved by ipamutil's patch of the claim, even if the IPAddress create fails
 	h.fillAddress(address, reg, host)
 	ctrl.LoggerFrom(ctx).V(2).Info("Registered address in the IPAM-API", "address", address.Spec.Address,
 		"zone", reg.Zone, "updated", res.Updated())
-	return nil, nil
+	return nil
 }
 
 // bound handles a claim whose IPAddress exists. The IPAM-API is asked again only to
@@ -167,6 +175,7 @@ func (h *ClaimHandler) bound(ctx context.Context, address *ipamv1.IPAddress) err
 		}
 		h.unreserve(rec.key(), h.claim.UID)
 	}
+	h.forgetPicks()
 	if !meta.IsStatusConditionTrue(h.claim.Status.Conditions, ipamv1.IPAddressClaimReadyCondition) {
 		h.Recorder.Eventf(h.claim, corev1.EventTypeNormal, ipamv1alpha1.ClaimReadyAllocatedReason,
 			"Allocated %s from zone %s (%s)", address.Spec.Address, address.Labels[ipamv1alpha1.ZoneLabel], address.Labels[ipamv1alpha1.IPFamilyLabel])
@@ -295,6 +304,7 @@ func (h *ClaimHandler) ReleaseAddress(ctx context.Context) (*ctrl.Result, error)
 func (h *ClaimHandler) released(ctx context.Context, reg *registration, how string) error {
 	delete(h.claim.Annotations, ipamv1alpha1.RegistrationAnnotation)
 	h.unreserve(reg.key(), h.claim.UID)
+	h.forgetPicks()
 	ctrl.LoggerFrom(ctx).V(2).Info("Released address in the IPAM-API", "address", reg.Address, "how", how)
 	h.Recorder.Eventf(h.claim, corev1.EventTypeNormal, "Released", "Released %s in zone %s (%s)", reg.Address, reg.Zone, how)
 
@@ -651,6 +661,9 @@ func (h *ClaimHandler) fillAddress(address *ipamv1.IPAddress, reg *registration,
 	spec := h.pool.PoolSpec()
 	address.Spec.Address = host.String()
 	address.Spec.Prefix = ptr.To(int32(host.BitLen()))
+	if p, err := netip.ParsePrefix(spec.Subnet); err == nil {
+		address.Spec.Prefix = ptr.To(int32(p.Bits()))
+	}
 	if spec.Prefix != nil {
 		address.Spec.Prefix = ptr.To(*spec.Prefix)
 	}

@@ -30,6 +30,9 @@ type Config struct {
 	MaxConcurrentReconciles int
 	// PoolProbeInterval is how often a pool's Ready condition is checked again.
 	PoolProbeInterval time.Duration
+	// SubnetRecheckInterval is how long a subnet address found held by someone else is
+	// skipped before it is tried again.
+	SubnetRecheckInterval time.Duration
 	// WatchFilterValue, if set, limits reconciliation to objects with the
 	// cluster.x-k8s.io/watch-filter label of this value.
 	WatchFilterValue string

@@ -66,6 +66,13 @@ type registration struct {
 	DenyExternalCleanup bool             `json:"denyExternalCleanup"`
 	// Registered is true once the IPAM-API has answered with Address.
 	Registered bool `json:"registered,omitempty"`
+	// Candidate is true when Address is a subnet-mode candidate the provider picked (not
+	// one the user asked for): if the IPAM-API says it was already held ("updated") on
+	// the first attempt, someone else holds it, and this claim lets it go.
+	Candidate bool `json:"candidate,omitempty"`
+	// Declined is true while this claim's hold on a candidate held by someone else is
+	// being given back.
+	Declined bool `json:"declined,omitempty"`
 	// RotationRefused names the secret a rotation to was refused, so it is not retried
 	// until the desired secret changes again.
 	RotationRefused string `json:"rotationRefused,omitempty"`

@@ -44,6 +44,7 @@ type Options struct {
 	DefaultSecretName       string
 	MaxConcurrentReconciles int
 	PoolProbeInterval       time.Duration
+	SubnetRecheckInterval   time.Duration
 	WatchFilter             string
 	EnableWebhooks          bool
 
@@ -73,6 +74,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"How many IPAddressClaims are reconciled in parallel. Different claims are different IPAM-API identities, which it allocates safely in parallel.")
 	fs.DurationVar(&o.PoolProbeInterval, "pool-probe-interval", 5*time.Minute,
 		"How often each pool's Ready condition is checked against the IPAM-API when nothing changes.")
+	fs.DurationVar(&o.SubnetRecheckInterval, "subnet-recheck-interval", time.Minute,
+		"Subnet mode: how long an address found held by someone else in the IPAM-API is skipped before it is tried again (a released address stays held until the IPAM-API's sweeper frees it).")
 	fs.StringVar(&o.WatchFilter, "watch-filter", "",
 		"Only reconcile objects whose cluster.x-k8s.io/watch-filter label has this value.")
 	fs.BoolVar(&o.EnableWebhooks, "enable-webhooks", true,
@@ -151,6 +154,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 			RequestTimeout:          o.IPAMAPITimeout,
 			MaxConcurrentReconciles: o.MaxConcurrentReconciles,
 			PoolProbeInterval:       o.PoolProbeInterval,
+			SubnetRecheckInterval:   o.SubnetRecheckInterval,
 			WatchFilterValue:        o.WatchFilter,
 		},
 	}

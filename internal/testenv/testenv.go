@@ -121,6 +121,7 @@ func DefaultOptions() manager.Options {
 		DefaultSecretName:       "default",
 		MaxConcurrentReconciles: 10,
 		PoolProbeInterval:       5 * time.Minute,
+		SubnetRecheckInterval:   time.Second,
 		EnableWebhooks:          true,
 		EnableServiceController: true,
 		DefaultZone:             "hnet-private",

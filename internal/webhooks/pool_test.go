@@ -80,6 +80,21 @@ func TestPoolValidationRejectsBadSpecs(t *testing.T) {
 		{"namespaced pool naming another namespace's secret", false, func(s *ipamv1alpha1.VitistackIPPoolSpec) {
 			s.SecretRef = &ipamv1alpha1.SecretReference{Name: "s", Namespace: "elsewhere"}
 		}, "secretRef.namespace must be empty for a VitistackIPPool"},
+		{"subnet of the other family", false, func(s *ipamv1alpha1.VitistackIPPoolSpec) { s.Subnet = "2a05:1234::/64" },
+			"subnet must be a CIDR of the pool's ipFamily"},
+		{"subnet with host bits", false, func(s *ipamv1alpha1.VitistackIPPoolSpec) { s.Subnet = "10.20.0.5/24" },
+			"subnet must be a network in CIDR form, for example 10.20.0.0/24"},
+		{"gateway outside the subnet", false, func(s *ipamv1alpha1.VitistackIPPoolSpec) {
+			s.Subnet, s.Gateway = "10.20.0.0/24", "10.21.0.1"
+		}, "gateway must lie inside subnet"},
+		{"excluded address outside the subnet", false, func(s *ipamv1alpha1.VitistackIPPoolSpec) {
+			s.Subnet, s.ExcludedAddresses = "10.20.0.0/24", []string{"10.20.0.5", "10.20.1.0-10.20.1.9"}
+		}, "every excludedAddresses entry must be an address, a CIDR or a range first-last inside subnet"},
+		{"excluded addresses without a subnet", false, func(s *ipamv1alpha1.VitistackIPPoolSpec) { s.ExcludedAddresses = []string{"10.20.0.5"} },
+			"excludedAddresses needs subnet"},
+		{"prefix longer than the subnet's", false, func(s *ipamv1alpha1.VitistackIPPoolSpec) {
+			s.Subnet, s.Prefix = "10.20.0.0/24", ptr.To[int32](28)
+		}, "prefix must not be longer than the subnet's prefix length"},
 		{"global pool without the secret's namespace", true, func(s *ipamv1alpha1.VitistackIPPoolSpec) {
 			s.SecretRef = &ipamv1alpha1.SecretReference{Name: "s"}
 		}, "secretRef.namespace is required for a GlobalVitistackIPPool"},
@@ -106,6 +121,7 @@ func TestPoolValidationRejectsBadSpecs(t *testing.T) {
 			SecretRef: &ipamv1alpha1.SecretReference{Name: "s", Namespace: ns}, RetentionPeriodDays: ptr.To[int32](30),
 			DenyExternalCleanup: true, Endpoint: "https://ipam-api.vitistack.io/v2",
 			CABundleRef: &ipamv1alpha1.CABundleReference{Name: "ca", Namespace: ns}, ClusterID: "cluster-a",
+			Subnet: "2a05:1234::/64", ExcludedAddresses: []string{"2a05:1234::10", "2a05:1234::100/120", "2a05:1234::20-2a05:1234::2f"},
 		}}
 		g.Expect(env.Client.Create(ctx, pool)).To(Succeed())
 		g.Expect(pool.Spec.SecretRef.Key).To(Equal("secret"))

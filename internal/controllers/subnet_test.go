@@ -1,0 +1,176 @@
+package controllers_test
+
+import (
+	"fmt"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi/sim"
+)
+
+func subnetPool(zone string, family ipamv1alpha1.IPFamily, subnet, gateway string, excluded ...string) ipamv1alpha1.VitistackIPPoolSpec {
+	s := routedPool(zone, family)
+	s.Subnet, s.Gateway, s.ExcludedAddresses = subnet, gateway, excluded
+	return s
+}
+
+func defaultSecretValue(t *testing.T) string {
+	sec := &corev1.Secret{}
+	NewWithT(t).Eventually(func() error {
+		return env.Client.Get(ctx, client.ObjectKey{Namespace: "capi-ipam-vitistack-system", Name: "default"}, sec)
+	}, eventually, poll).Should(Succeed())
+	return string(sec.Data["secret"])
+}
+
+// Candidates come in order, skipping the network, broadcast, gateway and excluded
+// addresses; an exhausted subnet waits, and binds when an address frees up.
+func TestSubnetModeOrderExhaustionAndRecovery(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	pool := newPool(t, ns.Name, "nodes", subnetPool("hnet-private", ipamv1alpha1.IPv4, "10.50.0.0/29", "10.50.0.1",
+		"10.50.0.3", "10.50.0.5-10.50.0.5"))
+	var claims []*ipamv1.IPAddressClaim
+	for i, want := range []string{"10.50.0.2", "10.50.0.4", "10.50.0.6"} {
+		c := newClaim(t, ns.Name, fmt.Sprintf("node-%d", i), pool.Name, nil)
+		addr := boundAddress(t, c)
+		g.Expect(addr.Spec.Address).To(Equal(want))
+		g.Expect(addr.Spec.Prefix).To(Equal(ptr.To[int32](29)))
+		g.Expect(addr.Spec.Gateway).To(Equal("10.50.0.1"))
+		claims = append(claims, c)
+	}
+	waiting := newClaim(t, ns.Name, "node-3", pool.Name, nil)
+	cond := readyCondition(t, waiting, metav1.ConditionFalse, "PoolExhausted")
+	g.Expect(cond.Message).To(ContainSubstring("subnet 10.50.0.0/29 of VitistackIPPool nodes has no free address"))
+	g.Eventually(func(g Gomega) {
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(pool), pool)).To(Succeed())
+		g.Expect(pool.Status.SubnetSize).To(Equal(ptr.To[int64](3)))
+		g.Expect(pool.Status.AddressesInUse).To(Equal(ptr.To[int32](3)))
+		g.Expect(pool.Status.Conditions).To(ContainElement(And(HaveField("Type", "Exhausted"), HaveField("Status", metav1.ConditionTrue))))
+	}, eventually, poll).Should(Succeed())
+
+	// An address frees up (released, then swept by the IPAM-API): the waiting claim gets it.
+	deleteAndWait(t, claims[1])
+	g.Eventually(func() string {
+		env.Sim.Sweep()
+		a := &ipamv1.IPAddress{}
+		_ = env.Client.Get(ctx, client.ObjectKeyFromObject(waiting), a)
+		return a.Spec.Address
+	}, eventually, 200*time.Millisecond).Should(Equal("10.50.0.4"))
+}
+
+func TestSubnetModeIPv6SkipsTheSubnetRouterAddress(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	pool := newPool(t, ns.Name, "v6", subnetPool("inet", ipamv1alpha1.IPv6, "2a05:1234::200/125", "2a05:1234::201"))
+	addr := boundAddress(t, newClaim(t, ns.Name, "n6", pool.Name, nil))
+	g.Expect(addr.Spec.Address).To(Equal("2a05:1234::202"))
+	g.Expect(addr.Spec.Prefix).To(Equal(ptr.To[int32](125)))
+}
+
+// A candidate held under another secret is skipped.
+func TestSubnetModeSkipsAddressesHeldByOthers(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	registerDirect(t, `{"secret":"somebody-elses-secret","zone":"hnet-private","ip_family":"ipv4","address":"10.60.0.2/32",`+
+		`"service":{"service_name":"other","namespace_id":"x","cluster_id":"y"}}`)
+	pool := newPool(t, ns.Name, "nodes", subnetPool("hnet-private", ipamv1alpha1.IPv4, "10.60.0.0/24", "10.60.0.1"))
+	addr := boundAddress(t, newClaim(t, ns.Name, "n", pool.Name, nil))
+	g.Expect(addr.Spec.Address).To(Equal("10.60.0.3"))
+	g.Expect(holdersOf("10.60.0.2/32")).To(HaveLen(1))
+	g.Eventually(func() *int32 {
+		_ = env.Client.Get(ctx, client.ObjectKeyFromObject(pool), pool)
+		return pool.Status.AddressesTakenElsewhere
+	}, eventually, poll).Should(Equal(ptr.To[int32](1)))
+}
+
+// A candidate another holder of the same secret has is not shared: this claim's hold
+// on it is released, and the next candidate is taken.
+func TestSubnetModeNeverSharesWithTheSameSecret(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	// Make sure the default secret exists, then let "someone else" use it.
+	boundAddress(t, newClaim(t, ns.Name, "warm-up", newPool(t, ns.Name, "routed", routedPool("inet", ipamv1alpha1.IPv4)).Name, nil))
+	registerDirect(t, `{"secret":"`+defaultSecretValue(t)+`","zone":"hnet-private","ip_family":"ipv4","address":"10.61.0.2/32",`+
+		`"service":{"service_name":"someone-else","namespace_id":"x","cluster_id":"y"}}`)
+	pool := newPool(t, ns.Name, "nodes", subnetPool("hnet-private", ipamv1alpha1.IPv4, "10.61.0.0/24", "10.61.0.1"))
+	claim := newClaim(t, ns.Name, "n", pool.Name, nil)
+	g.Expect(boundAddress(t, claim).Spec.Address).To(Equal("10.61.0.3"))
+	holders := holdersOf("10.61.0.2/32")
+	g.Expect(holders).To(ContainElement(HaveField("ServiceRef.ServiceName", "someone-else")))
+	for _, h := range holders {
+		if h.ServiceName == "n" {
+			g.Expect(h.ExpiresAt).NotTo(BeNil(), "the claim's hold on the shared address was released")
+		}
+	}
+}
+
+// The candidate is recorded before it is sent: after a crash the same candidate is
+// sent again, and its "updated" answer is accepted as this claim's own.
+func TestSubnetModeCrashRetriesTheSameCandidate(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	api, url, stop := env.ExtraSim()
+	t.Cleanup(stop)
+	spec := subnetPool("hnet-private", ipamv1alpha1.IPv4, "10.62.0.0/24", "10.62.0.1")
+	spec.Endpoint = url
+	pool := newPool(t, ns.Name, "nodes", spec)
+	api.SetFaultRoutes(sim.RouteRegister)
+	g.Expect(api.DropNext(sim.DropAfter, 1)).To(Succeed())
+
+	claim := newClaim(t, ns.Name, "crashy", pool.Name, nil)
+	g.Eventually(func() []sim.Holder { return api.Holders("10.62.0.2/32") }, eventually, poll).Should(HaveLen(1))
+	g.Expect(pendingOf(t, claim)).To(ContainSubstring(`"address":"10.62.0.2/32"`))
+	restartManager(t)
+
+	g.Expect(boundAddress(t, claim).Spec.Address).To(Equal("10.62.0.2"))
+	holders := api.Holders("10.62.0.2/32")
+	g.Expect(holders).To(HaveLen(1))
+	g.Expect(holders[0].ExpiresAt).To(BeNil())
+}
+
+func TestSubnetModeHundredClaimsInParallel(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	pool := newPool(t, ns.Name, "nodes", subnetPool("hnet-private", ipamv1alpha1.IPv4, "10.63.0.0/24", "10.63.0.1", "10.63.0.200-10.63.0.254"))
+	const n = 100
+	var wg sync.WaitGroup
+	claims := make([]*ipamv1.IPAddressClaim, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			claims[i] = newClaim(t, ns.Name, fmt.Sprintf("node-%03d", i), pool.Name, nil)
+		}()
+	}
+	wg.Wait()
+	subnet := netip.MustParsePrefix("10.63.0.0/24")
+	seen := map[string]bool{}
+	for _, c := range claims {
+		addr := boundAddress(t, c)
+		ip := netip.MustParseAddr(addr.Spec.Address)
+		g.Expect(subnet.Contains(ip)).To(BeTrue())
+		g.Expect(addr.Spec.Address).NotTo(BeElementOf("10.63.0.0", "10.63.0.1", "10.63.0.255"))
+		g.Expect(ip.As4()[3]).To(BeNumerically("<", 200), "excluded range")
+		g.Expect(seen).NotTo(HaveKey(addr.Spec.Address), "two nodes share %s", addr.Spec.Address)
+		seen[addr.Spec.Address] = true
+		g.Expect(addr.Spec.Prefix).To(Equal(ptr.To[int32](24)))
+		g.Expect(addr.Spec.Gateway).To(Equal("10.63.0.1"))
+		active := 0
+		for _, h := range holdersOf(addr.Spec.Address + "/32") {
+			if h.ExpiresAt == nil {
+				active++
+			}
+		}
+		g.Expect(active).To(Equal(1), "one holder of %s in the IPAM-API", addr.Spec.Address)
+	}
+}
