@@ -193,6 +193,11 @@ func (h *ClaimHandler) refresh(ctx context.Context, address *ipamv1.IPAddress, r
 	if err := h.applyOverrides(&want); err != nil {
 		return nil // a bad annotation does not touch a bound address; it is reported when it matters
 	}
+	if want.Secret.String() == rec.Secret.String() && rec.RotationRefused != "" {
+		// The user went back to the secret that owns the address: the refusal is moot.
+		rec.RotationRefused = ""
+		meta.RemoveStatusCondition(&h.claim.Status.Conditions, ipamv1alpha1.ClaimSecretRotatedCondition)
+	}
 	rotate := want.Secret.String() != rec.Secret.String() && want.Secret.String() != rec.RotationRefused
 	if !rotate && want.RetentionPeriodDays == rec.RetentionPeriodDays && want.DenyExternalCleanup == rec.DenyExternalCleanup {
 		return nil
@@ -204,7 +209,7 @@ func (h *ClaimHandler) refresh(ctx context.Context, address *ipamv1.IPAddress, r
 	req := rec.request(oldSecret)
 	req.RetentionPeriodDays, req.DenyExternalCleanup = want.RetentionPeriodDays, want.DenyExternalCleanup
 	if rotate {
-		if req.NewSecret, err = h.Secrets.Value(ctx, want.Secret, true, true); err != nil {
+		if req.NewSecret, err = h.Secrets.Value(ctx, want.Secret, true, false); err != nil {
 			return h.failRotation(err.Error())
 		}
 	}
@@ -219,6 +224,10 @@ func (h *ClaimHandler) refresh(ctx context.Context, address *ipamv1.IPAddress, r
 	old := rec.Secret
 	rec.RetentionPeriodDays, rec.DenyExternalCleanup = want.RetentionPeriodDays, want.DenyExternalCleanup
 	if rotate {
+		// The new Secret now owns the address: keep it until the address is released.
+		if _, err := h.Secrets.Value(ctx, want.Secret, false, true); err != nil {
+			return err
+		}
 		rec.Secret, rec.RotationRefused = want.Secret, ""
 		meta.SetStatusCondition(&h.claim.Status.Conditions, metav1.Condition{
 			Type: ipamv1alpha1.ClaimSecretRotatedCondition, Status: metav1.ConditionTrue, Reason: ipamv1alpha1.ClaimSecretRotatedReason,
@@ -269,15 +278,17 @@ func (h *ClaimHandler) ReleaseAddress(ctx context.Context) (*ctrl.Result, error)
 
 	if !reg.Registered {
 		// The registration was sent but its answer never arrived. The user never saw
-		// the address, so it is released without retention.
+		// the address, so it is released without retention, once the request has
+		// certainly ended (a release before it lands would find nothing, and it would
+		// then register the address for good).
 		reg.RetentionPeriodDays = 0
+		if until, waiting := h.mayStillBeInFlight(h.claim.UID, reg.Attempt); waiting {
+			h.wakeAt(h.claim, until)
+			return nil, h.releaseFailed(errors.Errorf("an earlier registration request may still be in flight; releasing after %s",
+				until.UTC().Format(time.RFC3339)))
+		}
 		if reg.Address == "" {
 			// Send it again to learn the address (the IPAM-API returns the held one).
-			if until, waiting := h.mayStillBeInFlight(h.claim.UID, reg.Attempt); waiting {
-				h.wakeAt(h.claim, until)
-				return nil, h.releaseFailed(errors.Errorf("an earlier registration request may still be in flight; releasing after %s",
-					until.UTC().Format(time.RFC3339)))
-			}
 			res, err := api.Register(ctx, reg.request(secret))
 			switch {
 			case err != nil && provesNothingHeld(err):
@@ -503,7 +514,12 @@ func (h *ClaimHandler) checkIdentityFree(ctx context.Context, reg *registration)
 	msg := fmt.Sprintf("the IPAM-API identity (service_name %q, namespace_id %q, cluster_id %q) is already used by %s; "+
 		"give this claim a unique %s annotation", reg.Identity.ServiceName, reg.Identity.NamespaceID, reg.Identity.ClusterID,
 		other, ipamv1alpha1.ServiceNameAnnotation)
-	return h.failWith(&claimError{reason: ipamv1.IPAddressClaimReadyAllocationFailedReason, event: "IdentityInUse", msg: msg, terminal: true})
+	if owner := metav1.GetControllerOf(h.claim); owner != nil && owner.Kind == "Service" {
+		msg = fmt.Sprintf("another claim of Service %s (%s) holds its IPAM-API identity with no address yet, or with the same "+
+			"address; waiting until it is bound or released", owner.Name, other)
+	}
+	// Not terminal: the other holder may be pending, moving or going away; retried with back-off.
+	return h.failWith(&claimError{reason: ipamv1.IPAddressClaimReadyAllocationFailedReason, event: "IdentityInUse", msg: msg})
 }
 
 // writeRecord saves the claim's record at once (not with ipamutil's patch at the end).

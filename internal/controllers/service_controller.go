@@ -10,7 +10,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/pkg/errors"
 	corev1 "k8s.io/api/core/v1"
@@ -18,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/record"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -105,11 +105,17 @@ func (r *ServiceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		return ctrl.Result{}, r.reconcileDelete(ctx, svc)
 	}
 
-	// The finalizer and the IPAM-operator's defaults, in one patch of the Service.
+	// The finalizer and the IPAM-operator's defaults, in one patch of the Service, unless
+	// the Service's annotations are bad (the webhook would refuse the patch anyway).
 	before := svc.DeepCopy()
 	controllerutil.AddFinalizer(svc, ipamv1alpha1.ServiceFinalizer)
 	if err := r.defaultAnnotations(svc); err != nil {
 		return ctrl.Result{}, err
+	}
+	spec, errs := lbservice.Parse(svc, r.DefaultZone)
+	if len(errs) > 0 {
+		r.Recorder.Event(svc, corev1.EventTypeWarning, ipamv1alpha1.ClaimReadyInvalidAnnotationReason, errs.ToAggregate().Error())
+		return ctrl.Result{}, nil // a change of the Service brings it back
 	}
 	if !equalMeta(before, svc) {
 		if err := r.Adapter.Client.Patch(ctx, svc, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
@@ -117,27 +123,19 @@ func (r *ServiceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		}
 	}
 
-	spec, errs := lbservice.Parse(svc, r.DefaultZone)
-	if len(errs) > 0 {
-		r.Recorder.Event(svc, corev1.EventTypeWarning, ipamv1alpha1.ClaimReadyInvalidAnnotationReason, errs.ToAggregate().Error())
-		return ctrl.Result{}, nil // a change of the Service brings it back
-	}
-
 	claims, err := r.claimsOf(ctx, svc)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	published := map[ipamapi.Family]string{}
-	waiting := false
 	for _, fam := range spec.Families {
-		addr, done, err := r.reconcileFamily(ctx, svc, spec, fam, claims[fam])
+		addr, err := r.reconcileFamily(ctx, svc, spec, fam, claims[fam])
 		if err != nil {
 			return ctrl.Result{}, err
 		}
 		if addr != "" {
 			published[fam] = addr
 		}
-		waiting = waiting || !done
 	}
 	// Families no longer asked for lose their claims.
 	for fam, cs := range claims {
@@ -150,7 +148,6 @@ func (r *ServiceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if err := r.publish(ctx, svc, spec, published); err != nil {
 		return ctrl.Result{}, err
 	}
-	_ = waiting // claims report through the Owns watch
 	return ctrl.Result{}, nil
 }
 
@@ -175,10 +172,11 @@ func (r *ServiceReconciler) defaultAnnotations(svc *corev1.Service) error {
 }
 
 // reconcileFamily keeps one bound claim for a family, making a new claim before
-// breaking the old one when the requested address changes. It returns the address to
-// publish for the family and whether the family is settled.
+// breaking the old one when the requested address, the zone or the pool changes. It
+// returns the address to publish for the family; spec.Addresses[fam] is cleared when it
+// names the address of a claim that no longer fits (an address of the old zone).
 func (r *ServiceReconciler) reconcileFamily(ctx context.Context, svc *corev1.Service, spec *lbservice.Spec, fam ipamapi.Family,
-	claims []ipamv1.IPAddressClaim) (string, bool, error) {
+	claims []ipamv1.IPAddressClaim) (string, error) {
 	want := spec.Addresses[fam]
 	var current, bound *ipamv1.IPAddressClaim
 	for i := range claims {
@@ -190,35 +188,43 @@ func (r *ServiceReconciler) reconcileFamily(ctx context.Context, svc *corev1.Ser
 		if addr != "" && (bound == nil || c.CreationTimestamp.Before(&bound.CreationTimestamp)) {
 			bound = c
 		}
+		fits, err := r.claimFits(ctx, c, spec)
+		if err != nil {
+			return "", err
+		}
+		if !fits {
+			if want != "" && (addr == want || requestedOf(c) == want) {
+				want = "" // the address of the old zone or pool: ask for a new one
+				delete(spec.Addresses, fam)
+			}
+			continue
+		}
 		switch {
-		case want == "" && current == nil:
+		case want == "" && (current == nil || addr != "" && boundAddressOf(current) == ""):
 			current = c
 		case want != "" && (addr == want || requestedOf(c) == want):
 			current = c
 		}
 	}
-	if want == "" && bound != nil {
-		current = bound
-	}
 
 	if current == nil {
 		pool, err := r.poolFor(ctx, svc, spec, fam)
 		if err != nil || pool == "" {
-			return boundAddressOf(bound), false, err
+			return boundAddressOf(bound), err
 		}
-		c, err := r.createClaim(ctx, svc, spec, fam, want, pool)
+		c, err := r.createClaim(ctx, svc, spec, fam, want, pool, claims)
 		if err != nil {
-			return boundAddressOf(bound), false, err
+			return boundAddressOf(bound), err
 		}
 		current = c
 	} else if err := r.updateClaim(ctx, current, spec); err != nil {
-		return "", false, err
+		return "", err
 	}
 
 	if boundAddressOf(current) == "" {
 		r.reportClaim(svc, current)
 		// Make before break: the old address stays published until the new one is bound.
-		return boundAddressOf(bound), false, nil
+		return boundAddressOf(bound), nil
 	}
 	var stale []ipamv1.IPAddressClaim
 	for _, c := range claims {
@@ -227,10 +233,27 @@ func (r *ServiceReconciler) reconcileFamily(ctx context.Context, svc *corev1.Ser
 		}
 	}
 	if err := r.deleteClaims(ctx, stale); err != nil {
-		return "", false, err
+		return "", err
 	}
 	r.reportRotation(svc, current)
-	return boundAddressOf(current), true, nil
+	return boundAddressOf(current), nil
+}
+
+// claimFits reports whether a claim's pool still serves the Service's zone and the
+// pools the Service names.
+func (r *ServiceReconciler) claimFits(ctx context.Context, c *ipamv1.IPAddressClaim, spec *lbservice.Spec) (bool, error) {
+	name := c.Spec.PoolRef.Name
+	if len(spec.Pools) > 0 && !slices.Contains(spec.Pools, name) {
+		return false, nil
+	}
+	pool := &ipamv1alpha1.GlobalVitistackIPPool{}
+	if err := r.Adapter.Client.Get(ctx, client.ObjectKey{Name: name}, pool); err != nil {
+		if apierrors.IsNotFound(err) {
+			return boundAddressOf(c) != "", nil // a bound claim keeps working without its pool
+		}
+		return false, errors.Wrap(err, "reading the claim's GlobalVitistackIPPool")
+	}
+	return pool.Spec.Zone == spec.Zone, nil
 }
 
 // poolFor picks the GlobalVitistackIPPool for a family: one named by the pool
@@ -282,12 +305,16 @@ func claimAnnotations(svc *corev1.Service, spec *lbservice.Spec) map[string]stri
 }
 
 func (r *ServiceReconciler) createClaim(ctx context.Context, svc *corev1.Service, spec *lbservice.Spec, fam ipamapi.Family,
-	want, pool string) (*ipamv1.IPAddressClaim, error) {
+	want, pool string, existing []ipamv1.IPAddressClaim) (*ipamv1.IPAddressClaim, error) {
+	// The first claim of a family is <service>-<family>; one made to move the Service
+	// (another address, zone or pool) gets a suffix from what it asks for.
 	name := svc.Name + "-" + string(fam)
+	if want != "" || slices.ContainsFunc(existing, func(c ipamv1.IPAddressClaim) bool { return c.Name == name }) {
+		sum := sha256.Sum256([]byte(pool + "|" + want))
+		name += "-" + hex.EncodeToString(sum[:4])
+	}
 	ann := claimAnnotations(svc, spec)
 	if want != "" {
-		sum := sha256.Sum256([]byte(want))
-		name += "-" + hex.EncodeToString(sum[:4])
 		ann[ipamv1alpha1.AddressesAnnotation] = want
 	}
 	claim := &ipamv1.IPAddressClaim{
@@ -300,6 +327,9 @@ func (r *ServiceReconciler) createClaim(ctx context.Context, svc *corev1.Service
 		Spec: ipamv1.IPAddressClaimSpec{PoolRef: ipamv1.IPPoolReference{
 			APIGroup: ipamv1alpha1.GroupVersion.Group, Kind: ipamv1alpha1.GlobalVitistackIPPoolKind, Name: pool,
 		}},
+	}
+	if f := r.Adapter.Config.WatchFilterValue; f != "" {
+		claim.Labels[clusterv1.WatchLabel] = f // or ipamutil would not reconcile it
 	}
 	if err := controllerutil.SetControllerReference(svc, claim, r.Adapter.Client.Scheme()); err != nil {
 		return nil, errors.Wrap(err, "owning the claim")
@@ -354,7 +384,7 @@ func (r *ServiceReconciler) publish(ctx context.Context, svc *corev1.Service, sp
 			svc.Annotations[k] = v
 		}
 	}
-	if len(asked) > 0 {
+	if len(asked) > 0 && !sameAddresses(svc.Annotations[ipamv1alpha1.AddressesAnnotation], asked) {
 		set(ipamv1alpha1.AddressesAnnotation, strings.Join(asked, ","))
 	}
 	set(lbservice.MetalLBLoadBalancerIPsAnnotation, strings.Join(ips, ","))
@@ -371,6 +401,21 @@ func (r *ServiceReconciler) publish(ctx context.Context, svc *corev1.Service, sp
 		r.Recorder.Eventf(svc, corev1.EventTypeNormal, ipamv1alpha1.ClaimReadyAllocatedReason, "Addresses %s handed to MetalLB", strings.Join(ips, ","))
 	}
 	return nil
+}
+
+// sameAddresses reports whether an addresses annotation already says what is asked
+// (in any order or form, bare or CIDR), so a user's or GitOps tool's value is kept.
+func sameAddresses(value string, asked []string) bool {
+	var have []string
+	for _, part := range strings.Split(value, ",") {
+		if a, err := ipamapi.ParseHost(part); err == nil {
+			have = append(have, a.String())
+		}
+	}
+	want := slices.Clone(asked)
+	slices.Sort(have)
+	slices.Sort(want)
+	return slices.Equal(have, want)
 }
 
 // reconcileDelete releases everything when the Service goes or stops being served:
@@ -477,5 +522,3 @@ func equalMeta(a, b *corev1.Service) bool {
 }
 
 func klogRef(o client.Object) string { return o.GetNamespace() + "/" + o.GetName() }
-
-var _ = time.Second

@@ -193,7 +193,7 @@ func TestServicesShareAnAddressWithOneSecret(t *testing.T) {
 func TestServiceSecretRotation(t *testing.T) {
 	servicePools(t)
 	ns := newNamespace(t)
-	for name, v := range map[string]string{"old": "old-secret-value-1", "new": "new-secret-value-2"} {
+	for name, v := range map[string]string{"old": "old-secret-value-1", "new": "new-secret-value-2", "newer": "newer-secret-value-3"} {
 		NewWithT(t).Expect(env.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: name},
 			Data: map[string][]byte{"secret": []byte(v)}})).To(Succeed())
 	}
@@ -226,12 +226,16 @@ func TestServiceSecretRotation(t *testing.T) {
 		a := published(t, newService(t, ns.Name, "a", map[string]string{"ipam.vitistack.io/secret": "old"}), 1)
 		ip := a.Annotations["metallb.io/loadBalancerIPs"]
 		published(t, newService(t, ns.Name, "b", map[string]string{"ipam.vitistack.io/secret": "old", "ipam.vitistack.io/addresses": ip}), 1)
-		setSecret(t, a, "new")
+		setSecret(t, a, "newer")
 		hasEvent(t, a, corev1.EventTypeWarning, "RotationRefused", "multiple services registered. unable to change secret")
 		r, _ := env.Sim.Registration(ip + "/32")
 		g.Expect(r.SecretFingerprint).To(Equal(sim.Fingerprint("old-secret-value-1")), "the address keeps the old secret")
 		g.Expect(r.Holders).To(HaveLen(2))
 		g.Expect(published(t, a, 1).Annotations["metallb.io/loadBalancerIPs"]).To(Equal(ip), "and the Service keeps working")
+		// The refused Secret does not get the in-use finalizer: it owns nothing.
+		sec := &corev1.Secret{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: "newer"}, sec)).To(Succeed())
+		g.Expect(sec.Finalizers).To(BeEmpty())
 	})
 }
 
@@ -332,6 +336,8 @@ func TestServiceDeletionWaitsForTheIPAMAPI(t *testing.T) {
 	spec.Endpoint = url
 	pool := &ipamv1alpha1.GlobalVitistackIPPool{ObjectMeta: metav1.ObjectMeta{Name: "down-" + ns.Name}, Spec: spec}
 	g.Expect(env.Client.Create(ctx, pool)).To(Succeed())
+	// Other tests' Services must not pick this pool (it serves zone inet too).
+	t.Cleanup(func() { deleteAndWait(t, pool) })
 	svc := published(t, newService(t, ns.Name, "fragile", map[string]string{"ipam.vitistack.io/zone": "inet", "ipam.vitistack.io/pool": pool.Name}), 1)
 	ip := svc.Annotations["metallb.io/loadBalancerIPs"]
 
@@ -428,4 +434,42 @@ func TestServiceRetentionChangeReregisters(t *testing.T) {
 	h := holdersOf(ip + "/32")
 	g.Expect(h[0].ExpiresAt).NotTo(BeNil())
 	g.Expect(h[0].ExpiresAt.Sub(env.Clock.Now()).Hours()).To(BeNumerically("~", 5*24, 1))
+}
+
+// A new zone moves the Service to an address of that zone (make before break), even
+// with the old address still in its addresses annotation.
+func TestServiceZoneChangeMovesTheAddress(t *testing.T) {
+	g := NewWithT(t)
+	servicePools(t)
+	ns := newNamespace(t)
+	svc := published(t, newService(t, ns.Name, "zoned", nil), 1)
+	old := svc.Annotations["metallb.io/loadBalancerIPs"]
+	g.Expect(old).To(HavePrefix("10."))
+	patchAnnotations(t, svc, map[string]string{"ipam.vitistack.io/zone": "inet"})
+	g.Eventually(func() string {
+		got := &corev1.Service{}
+		_ = env.Client.Get(ctx, client.ObjectKeyFromObject(svc), got)
+		return got.Annotations["metallb.io/loadBalancerIPs"] + " " + got.Annotations["ipam.vitistack.io/addresses"]
+	}, eventually, poll).Should(MatchRegexp(`^83\.118\.\S+ 83\.118\.`))
+	g.Eventually(func() []ipamv1.IPAddressClaim { return serviceClaims(t, svc) }, eventually, poll).Should(HaveLen(1))
+	g.Eventually(func() *time.Time { return holdersOf(old + "/32")[0].ExpiresAt }, eventually, poll).ShouldNot(BeNil())
+}
+
+// An address asked for while the first claim is still pending is not stuck behind it.
+func TestServiceAddressChangeWhileFirstClaimPending(t *testing.T) {
+	g := NewWithT(t)
+	servicePools(t)
+	ns := newNamespace(t)
+	env.Sim.SetFaultRoutes(sim.RouteRegister)
+	g.Expect(env.Sim.SetLatency(400*time.Millisecond, 0)).To(Succeed())
+	t.Cleanup(env.Sim.ClearFaults)
+	svc := newService(t, ns.Name, "quick", nil)
+	g.Eventually(func() []ipamv1.IPAddressClaim { return serviceClaims(t, svc) }, eventually, poll).Should(HaveLen(1))
+	patchAnnotations(t, svc, map[string]string{"ipam.vitistack.io/addresses": "10.201.0.7"})
+	g.Eventually(func() string {
+		got := &corev1.Service{}
+		_ = env.Client.Get(ctx, client.ObjectKeyFromObject(svc), got)
+		return got.Annotations["metallb.io/loadBalancerIPs"]
+	}, 30*time.Second, poll).Should(Equal("10.201.0.7"))
+	g.Eventually(func() []ipamv1.IPAddressClaim { return serviceClaims(t, svc) }, eventually, poll).Should(HaveLen(1))
 }
