@@ -112,7 +112,7 @@ func (h *ClaimHandler) EnsureAddress(ctx context.Context, address *ipamv1.IPAddr
 		return nil, err
 	}
 	res, err := api.Register(ctx, reg.request(secret))
-	if err == nil || !unknownOutcome(err) {
+	if answered(err) {
 		h.sawAnswer(h.claim.UID, reg.Attempt)
 	}
 	if err != nil {
@@ -120,7 +120,9 @@ func (h *ClaimHandler) EnsureAddress(ctx context.Context, address *ipamv1.IPAddr
 			// Nothing is held under this identity: forget the record, so that a fixed
 			// annotation, pool or secret is used next time, and deleting the claim has
 			// nothing to release.
-			delete(h.claim.Annotations, ipamv1alpha1.RegistrationAnnotation)
+			if cerr := h.clearRecord(ctx); cerr != nil {
+				return nil, cerr
+			}
 			h.unreserve(reg.key(), h.claim.UID)
 		}
 		return nil, h.registerFailed(reg, err)
@@ -700,4 +702,30 @@ func apiFamily(f ipamv1alpha1.IPFamily) ipamapi.Family {
 		return ipamapi.FamilyIPv6
 	}
 	return ipamapi.FamilyIPv4
+}
+
+// answered reports whether a request's outcome is known: it got an answer, or it was
+// never sent. Only then may the next request for the identity go out at once.
+func answered(err error) bool {
+	var e *ipamapi.Error
+	if err == nil || !errors.As(err, &e) {
+		return true
+	}
+	return !e.Unknown && !e.NotSent
+}
+
+// clearRecord removes the claim's record at once (ipamutil's patch at the end of the
+// reconcile would not send the removal of a record it never saw).
+func (h *ClaimHandler) clearRecord(ctx context.Context) error {
+	if _, ok := h.claim.Annotations[ipamv1alpha1.RegistrationAnnotation]; !ok {
+		return nil
+	}
+	claim := h.claim.DeepCopy()
+	patch := client.MergeFrom(h.claim.DeepCopy())
+	delete(claim.Annotations, ipamv1alpha1.RegistrationAnnotation)
+	if err := h.Client.Patch(ctx, claim, patch); err != nil {
+		return errors.Wrap(err, "removing the registration record from the claim")
+	}
+	h.claim.Annotations = claim.Annotations
+	return nil
 }

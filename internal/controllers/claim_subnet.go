@@ -34,18 +34,6 @@ type subnetState struct {
 	takenAt map[string]map[netip.Addr]time.Time // pool -> address -> when found taken
 }
 
-func (s *subnetState) pick(pool string, a netip.Addr, uid types.UID) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.picked == nil {
-		s.picked = map[string]map[netip.Addr]types.UID{}
-	}
-	if s.picked[pool] == nil {
-		s.picked[pool] = map[netip.Addr]types.UID{}
-	}
-	s.picked[pool][a] = uid
-}
-
 // forget drops a claim's picks.
 func (s *subnetState) forget(uid types.UID) {
 	s.mu.Lock()
@@ -71,32 +59,50 @@ func (s *subnetState) markTaken(pool string, a netip.Addr) {
 	s.takenAt[pool][a] = time.Now()
 }
 
-// busy reports whether a is picked by another claim or was found taken lately.
-func (s *subnetState) busy(pool string, a netip.Addr, uid types.UID) bool {
+// next picks, atomically, the lowest usable address that is not used, not picked by
+// another claim and not found taken lately.
+func (s *subnetState) next(plan *subnet.Plan, key string, uid types.UID, used map[netip.Addr]bool) (netip.Addr, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if u, ok := s.picked[pool][a]; ok && u != uid {
-		return true
+	cand, ok := plan.Next(func(a netip.Addr) bool {
+		if used[a] {
+			return true
+		}
+		if u, ok := s.picked[key][a]; ok && u != uid {
+			return true
+		}
+		t, ok := s.takenAt[key][a]
+		return ok && time.Since(t) < s.recheck
+	})
+	if ok {
+		if s.picked == nil {
+			s.picked = map[string]map[netip.Addr]types.UID{}
+		}
+		if s.picked[key] == nil {
+			s.picked[key] = map[netip.Addr]types.UID{}
+		}
+		s.picked[key][cand] = uid
 	}
-	t, ok := s.takenAt[pool][a]
-	return ok && time.Since(t) < s.recheck
+	return cand, ok
 }
 
-// takenCount is the number of addresses of a pool found taken lately.
-func (s *subnetState) takenCount(pool string) int32 {
+// takenCount is the number of addresses of a plan found taken lately.
+func (s *subnetState) takenCount(key string, plan *subnet.Plan) int32 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := int32(0)
-	for _, t := range s.takenAt[pool] {
-		if time.Since(t) < s.recheck {
+	for a, t := range s.takenAt[key] {
+		if plan.Usable(a) && time.Since(t) < s.recheck {
 			n++
 		}
 	}
 	return n
 }
 
-func poolKey(kind string, pool client.Object) string {
-	return kind + "/" + pool.GetNamespace() + "/" + pool.GetName()
+// subnetKey scopes picks and taken addresses to an IPAM-API zone (pools whose subnets
+// overlap see each other's picks).
+func subnetKey(endpoint, zone string) string {
+	return ipamapi.NormalizeEndpoint(endpoint) + "|" + zone
 }
 
 // allocateInSubnet registers a host address of the pool's subnet for the claim: the
@@ -120,7 +126,7 @@ func (h *ClaimHandler) allocateInSubnet(ctx context.Context, address *ipamv1.IPA
 	if err != nil {
 		return err
 	}
-	key := poolKey(h.claim.Spec.PoolRef.Kind, h.pool)
+	key := subnetKey(reg.Endpoint, reg.Zone)
 	if reg.Declined {
 		if err := h.decline(ctx, api, secret, reg, key); err != nil {
 			return err
@@ -134,7 +140,9 @@ func (h *ClaimHandler) allocateInSubnet(ctx context.Context, address *ipamv1.IPA
 				return err
 			}
 			if !ok {
-				h.setRecordIfAny(reg)
+				if err := h.setRecordIfAny(ctx, reg); err != nil {
+					return err
+				}
 				msg := fmt.Sprintf("subnet %s of %s %s has no free address: every usable address is in use, excluded or held "+
 					"elsewhere; the claim binds when one frees up", spec.Subnet, h.claim.Spec.PoolRef.Kind, h.pool.GetName())
 				return h.fail(ipamv1.IPAddressClaimReadyPoolExhaustedReason, msg, "", errors.New(msg))
@@ -144,13 +152,20 @@ func (h *ClaimHandler) allocateInSubnet(ctx context.Context, address *ipamv1.IPA
 		if err := h.checkIdentityFree(ctx, reg); err != nil {
 			return err
 		}
+		if until, waiting := h.mayStillBeInFlight(h.claim.UID, reg.Attempt); waiting {
+			msg := fmt.Sprintf("an earlier registration of %s may still be in flight in the IPAM-API; the next is sent after %s",
+				reg.Address, until.UTC().Format(time.RFC3339))
+			h.setReady(metav1.ConditionFalse, ipamv1.IPAddressClaimReadyAllocationFailedReason, msg)
+			h.wakeAt(h.claim, until)
+			return errors.New(msg)
+		}
 		firstAttempt := reg.Attempt.IsZero()
 		reg.Attempt = time.Now().UTC()
 		if err := h.writeRecord(ctx, reg); err != nil {
 			return err
 		}
 		res, err := api.Register(ctx, reg.request(secret))
-		if err == nil || !unknownOutcome(err) {
+		if answered(err) {
 			h.sawAnswer(h.claim.UID, reg.Attempt)
 		}
 		cand, _ := ipamapi.ParseHost(reg.Address)
@@ -170,24 +185,34 @@ func (h *ClaimHandler) allocateInSubnet(ctx context.Context, address *ipamv1.IPA
 			reg.Address, reg.Attempt = "", time.Time{}
 		default:
 			if !unknownOutcome(err) && provesNothingHeld(err) {
-				delete(h.claim.Annotations, ipamv1alpha1.RegistrationAnnotation)
+				if cerr := h.clearRecord(ctx); cerr != nil {
+					return cerr
+				}
 				h.forgetPicks()
 			}
 			return h.registerFailed(reg, err)
 		}
 	}
-	h.setRecordIfAny(reg)
-	return errors.Errorf("the first %d candidates of subnet %s were held elsewhere; trying the next ones", candidatesPerReconcile, spec.Subnet)
+	if err := h.setRecordIfAny(ctx, reg); err != nil {
+		return err
+	}
+	msg := fmt.Sprintf("the first %d candidates of subnet %s were held elsewhere; trying the next ones", candidatesPerReconcile, spec.Subnet)
+	return h.fail(ipamv1.IPAddressClaimReadyAllocationFailedReason, msg, "", errors.New(msg))
 }
 
 // decline releases this claim's hold on a candidate someone else holds, and moves on.
 func (h *ClaimHandler) decline(ctx context.Context, api ipamapi.Client, secret ipamapi.Secret, reg *registration, key string) error {
-	reg.Declined = true
+	if !reg.Declined {
+		// Saved before the release: after a restart it is given back, never accepted.
+		reg.Declined = true
+		if err := h.writeRecord(ctx, reg); err != nil {
+			return err
+		}
+	}
 	req := reg.request(secret)
 	req.RetentionPeriodDays = 0
 	if _, err := api.Release(ctx, req); err != nil && !ipamapi.IsNotHeld(err) {
-		reg.setOn(h.claim) // the next reconcile gives it back before anything else
-		return h.registerFailed(reg, err)
+		return h.registerFailed(reg, err) // the next reconcile gives it back before anything else
 	}
 	cand, _ := ipamapi.ParseHost(reg.Address)
 	h.subnets.markTaken(key, cand)
@@ -228,28 +253,24 @@ func (h *ClaimHandler) pickCandidate(ctx context.Context, plan *subnet.Plan, key
 			}
 		}
 	}
-	st := &h.subnets
-	cand, ok := plan.Next(func(a netip.Addr) bool { return used[a] || st.busy(key, a, h.claim.UID) })
-	if ok {
-		st.pick(key, cand, h.claim.UID)
-	}
+	cand, ok := h.subnets.next(plan, key, h.claim.UID, used)
 	return cand, ok, nil
 }
 
 func (h *ClaimHandler) forgetPicks() { h.subnets.forget(h.claim.UID) }
 
-// setRecordIfAny keeps the claim's record as it is now (saved with ipamutil's patch).
-func (h *ClaimHandler) setRecordIfAny(reg *registration) {
+// setRecordIfAny saves the claim's record as it is now, or removes it when it names
+// nothing any more, at once.
+func (h *ClaimHandler) setRecordIfAny(ctx context.Context, reg *registration) error {
 	if reg.Address == "" && !reg.Registered {
-		delete(h.claim.Annotations, ipamv1alpha1.RegistrationAnnotation)
-		return
+		return h.clearRecord(ctx)
 	}
-	reg.setOn(h.claim)
+	return h.writeRecord(ctx, reg)
 }
 
 // subnetStatus fills a subnet-mode pool's status: size, addresses held elsewhere, and
 // whether it is exhausted.
-func (a *ProviderAdapter) subnetStatus(kind string, pool ipamv1alpha1.Pool, inUse int32) *metav1.Condition {
+func (a *ProviderAdapter) subnetStatus(pool ipamv1alpha1.Pool, inUse int32) *metav1.Condition {
 	spec, st := pool.PoolSpec(), pool.PoolStatus()
 	if spec.Subnet == "" {
 		st.SubnetSize, st.AddressesTakenElsewhere = nil, nil
@@ -260,7 +281,11 @@ func (a *ProviderAdapter) subnetStatus(kind string, pool ipamv1alpha1.Pool, inUs
 		return nil
 	}
 	size := plan.Size()
-	taken := a.subnets.takenCount(poolKey(kind, pool))
+	endpoint := spec.Endpoint
+	if endpoint == "" {
+		endpoint = a.Config.DefaultEndpoint
+	}
+	taken := a.subnets.takenCount(subnetKey(endpoint, spec.Zone), plan)
 	st.SubnetSize, st.AddressesTakenElsewhere = &size, &taken
 	c := &metav1.Condition{Type: ipamv1alpha1.PoolExhaustedCondition, Status: metav1.ConditionFalse, Reason: ipamv1alpha1.PoolNotExhaustedReason,
 		Message: fmt.Sprintf("%d of %d addresses in use, %d held elsewhere", inUse, size, taken), ObservedGeneration: pool.GetGeneration()}

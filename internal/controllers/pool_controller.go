@@ -118,7 +118,7 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctr
 		return ctrl.Result{}, err
 	}
 	status.AddressesInUse = ptr.To(inUse)
-	if c := r.Adapter.subnetStatus(r.Kind, pool, inUse); c != nil {
+	if c := r.Adapter.subnetStatus(pool, inUse); c != nil {
 		meta.SetStatusCondition(&status.Conditions, *c)
 	} else {
 		meta.RemoveStatusCondition(&status.Conditions, ipamv1alpha1.PoolExhaustedCondition)

@@ -17,10 +17,11 @@ import (
 
 	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/controllers"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/subnet"
 )
 
-// +kubebuilder:webhook:path=/validate-ipam-vitistack-io-v1alpha1-vitistackippool,mutating=false,failurePolicy=fail,sideEffects=None,groups=ipam.vitistack.io,resources=vitistackippools,verbs=update;delete,versions=v1alpha1,name=validation.vitistackippool.ipam.vitistack.io,admissionReviewVersions=v1,timeoutSeconds=10
-// +kubebuilder:webhook:path=/validate-ipam-vitistack-io-v1alpha1-globalvitistackippool,mutating=false,failurePolicy=fail,sideEffects=None,groups=ipam.vitistack.io,resources=globalvitistackippools,verbs=update;delete,versions=v1alpha1,name=validation.globalvitistackippool.ipam.vitistack.io,admissionReviewVersions=v1,timeoutSeconds=10
+// +kubebuilder:webhook:path=/validate-ipam-vitistack-io-v1alpha1-vitistackippool,mutating=false,failurePolicy=fail,sideEffects=None,groups=ipam.vitistack.io,resources=vitistackippools,verbs=create;update;delete,versions=v1alpha1,name=validation.vitistackippool.ipam.vitistack.io,admissionReviewVersions=v1,timeoutSeconds=10
+// +kubebuilder:webhook:path=/validate-ipam-vitistack-io-v1alpha1-globalvitistackippool,mutating=false,failurePolicy=fail,sideEffects=None,groups=ipam.vitistack.io,resources=globalvitistackippools,verbs=create;update;delete,versions=v1alpha1,name=validation.globalvitistackippool.ipam.vitistack.io,admissionReviewVersions=v1,timeoutSeconds=10
 
 // Pool refuses changes that would orphan allocated addresses: a new zone or family
 // while addresses are in use, and deleting a pool that claims still use.
@@ -42,17 +43,51 @@ func (w *Pool) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewWebhookManagedBy(mgr).For(obj).WithValidator(w).Complete()
 }
 
-// ValidateCreate implements admission.CustomValidator; CEL in the CRD does it all.
-func (w *Pool) ValidateCreate(context.Context, runtime.Object) (admission.Warnings, error) {
-	return nil, nil
+// ValidateCreate implements admission.CustomValidator: CEL in the CRD does nearly all;
+// here the subnet plan is built once, as the controller will build it.
+func (w *Pool) ValidateCreate(_ context.Context, obj runtime.Object) (admission.Warnings, error) {
+	return nil, w.checkPlan(obj.(ipamv1alpha1.Pool))
+}
+
+// checkPlan refuses a subnet the controller could not use (for example a range whose
+// first address is above its last).
+func (w *Pool) checkPlan(pool ipamv1alpha1.Pool) error {
+	spec := pool.PoolSpec()
+	if spec.Subnet == "" {
+		return nil
+	}
+	if _, err := subnet.New(spec.Subnet, spec.Gateway, spec.ExcludedAddresses); err != nil {
+		return apierrors.NewInvalid(ipamv1alpha1.GroupVersion.WithKind(w.Kind).GroupKind(), pool.GetName(), field.ErrorList{
+			field.Invalid(field.NewPath("spec", "excludedAddresses"), spec.ExcludedAddresses, err.Error()+"; write ranges as first-last, lowest first"),
+		})
+	}
+	return nil
 }
 
 // ValidateUpdate refuses a new zone or family while addresses are allocated.
 func (w *Pool) ValidateUpdate(ctx context.Context, oldObj, newObj runtime.Object) (admission.Warnings, error) {
 	oldPool, newPool := oldObj.(ipamv1alpha1.Pool), newObj.(ipamv1alpha1.Pool)
+	if err := w.checkPlan(newPool); err != nil {
+		return nil, err
+	}
 	o, n := oldPool.PoolSpec(), newPool.PoolSpec()
-	if o.Zone == n.Zone && o.IPFamily == n.IPFamily {
+	if o.Zone == n.Zone && o.IPFamily == n.IPFamily && o.Subnet == n.Subnet {
 		return nil, nil
+	}
+	if o.Zone == n.Zone && o.IPFamily == n.IPFamily {
+		// A new subnet (or mode) while claims are being served would strand their
+		// candidates: it needs the claims gone.
+		claims := &ipamv1.IPAddressClaimList{}
+		if err := w.Client.List(ctx, claims, w.listOptions(newPool, controllers.ClaimPoolRefIndex)...); err != nil {
+			return nil, apierrors.NewInternalError(errors.Wrap(err, "listing the pool's claims"))
+		}
+		if len(claims.Items) == 0 {
+			return nil, nil
+		}
+		return nil, apierrors.NewInvalid(ipamv1alpha1.GroupVersion.WithKind(w.Kind).GroupKind(), newPool.GetName(), field.ErrorList{
+			field.Forbidden(field.NewPath("spec", "subnet"), fmt.Sprintf("cannot change while %d IPAddressClaims use this pool: "+
+				"delete them first, or create a new pool for the new subnet", len(claims.Items))),
+		})
 	}
 	inUse, example, err := w.addresses(ctx, newPool)
 	if err != nil {

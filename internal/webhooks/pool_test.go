@@ -95,6 +95,9 @@ func TestPoolValidationRejectsBadSpecs(t *testing.T) {
 		{"prefix longer than the subnet's", false, func(s *ipamv1alpha1.VitistackIPPoolSpec) {
 			s.Subnet, s.Prefix = "10.20.0.0/24", ptr.To[int32](28)
 		}, "prefix must not be longer than the subnet's prefix length"},
+		{"excluded range written backwards", false, func(s *ipamv1alpha1.VitistackIPPoolSpec) {
+			s.Subnet, s.ExcludedAddresses = "10.20.0.0/24", []string{"10.20.0.9-10.20.0.5"}
+		}, "spec.excludedAddresses: Invalid value"},
 		{"global pool without the secret's namespace", true, func(s *ipamv1alpha1.VitistackIPPoolSpec) {
 			s.SecretRef = &ipamv1alpha1.SecretReference{Name: "s"}
 		}, "secretRef.namespace is required for a GlobalVitistackIPPool"},
@@ -166,6 +169,12 @@ func TestPoolStatusAndWebhookProtectAddressesInUse(t *testing.T) {
 	err := env.Client.Update(ctx, changed)
 	g.Expect(err).To(HaveOccurred())
 	g.Expect(err.Error()).To(ContainSubstring("spec.zone: Forbidden: cannot change while 1 IPAddresses (for example " + ns + "/n1) are allocated"))
+	// So can't the subnet.
+	changed = pool.DeepCopy()
+	changed.Spec.Subnet = "10.99.0.0/24"
+	err = env.Client.Update(ctx, changed)
+	g.Expect(err).To(HaveOccurred())
+	g.Expect(err.Error()).To(ContainSubstring("spec.subnet: Forbidden: cannot change while 1 IPAddressClaims use this pool"))
 	// Other fields may change.
 	changed = pool.DeepCopy()
 	changed.Spec.RetentionPeriodDays = ptr.To[int32](3)

@@ -49,6 +49,8 @@ type Error struct {
 	// Unknown is true when the request may have been carried out although no answer
 	// arrived (a timeout or a connection lost after sending).
 	Unknown bool
+	// NotSent is true when the request was held back locally and never sent.
+	NotSent bool
 }
 
 func (e *Error) Error() string {

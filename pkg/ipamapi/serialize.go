@@ -31,21 +31,32 @@ func NewSerialized(inner Client, endpoint string, quarantine time.Duration) *Ser
 		mu: &sync.Mutex{}, busy: map[string]time.Time{}}
 }
 
-// Register implements Client.
+// Register implements Client. A request with an address is also held back while
+// another for the same address (any identity) is in flight: two simultaneous claims of
+// one free address could both be granted.
 func (s *Serialized) Register(ctx context.Context, req Request) (*Response, error) {
-	key := strings.Join([]string{s.endpoint, req.Zone, string(req.Family),
-		req.Identity.ServiceName, req.Identity.NamespaceID, req.Identity.ClusterID}, "\x00")
-	s.mu.Lock()
-	if until, ok := s.busy[key]; ok && (until.IsZero() || s.now().Before(until)) {
-		s.mu.Unlock()
-		msg := "an earlier registration for this identity is still in flight"
-		if !until.IsZero() {
-			msg = "an earlier registration for this identity ended without an answer; waiting until " +
-				until.UTC().Format(time.RFC3339) + " before sending another"
+	keys := []string{strings.Join([]string{s.endpoint, req.Zone, string(req.Family),
+		req.Identity.ServiceName, req.Identity.NamespaceID, req.Identity.ClusterID}, "\x00")}
+	if req.Address != "" {
+		if addr, err := CanonicalCIDR(req.Address); err == nil {
+			keys = append(keys, s.endpoint+"\x00"+req.Zone+"\x00address\x00"+addr)
 		}
-		return nil, &Error{Op: "register", Class: ClassTransient, Message: msg}
 	}
-	s.busy[key] = time.Time{}
+	s.mu.Lock()
+	for _, key := range keys {
+		if until, ok := s.busy[key]; ok && (until.IsZero() || s.now().Before(until)) {
+			s.mu.Unlock()
+			msg := "an earlier registration for this identity or address is still in flight"
+			if !until.IsZero() {
+				msg = "an earlier registration for this identity or address ended without an answer; waiting until " +
+					until.UTC().Format(time.RFC3339) + " before sending another"
+			}
+			return nil, &Error{Op: "register", Class: ClassTransient, Message: msg, NotSent: true}
+		}
+	}
+	for _, key := range keys {
+		s.busy[key] = time.Time{}
+	}
 	s.mu.Unlock()
 
 	res, err := s.inner.Register(ctx, req)
@@ -53,10 +64,12 @@ func (s *Serialized) Register(ctx context.Context, req Request) (*Response, erro
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var e *Error
-	if err != nil && asError(err, &e) && e.Unknown && s.quarantine > 0 {
-		s.busy[key] = s.now().Add(s.quarantine)
-	} else {
-		delete(s.busy, key)
+	for _, key := range keys {
+		if err != nil && asError(err, &e) && e.Unknown && s.quarantine > 0 {
+			s.busy[key] = s.now().Add(s.quarantine)
+		} else {
+			delete(s.busy, key)
+		}
 	}
 	return res, err
 }
