@@ -36,13 +36,18 @@ func TestSecretValuesNeverLeak(t *testing.T) {
 	// Success, release, and a registration that fails with the wrong secret.
 	ok := newClaim(t, ns.Name, "ok", pool.Name, map[string]string{"ipam.vitistack.io/addresses": "83.118.171.77"})
 	boundAddress(t, ok)
-	// A transient failure whose body echoes what it was sent.
-	env.Sim.SetFaultRoutes(sim.RouteRegister)
-	g.Expect(env.Sim.FailNext(1, 503, `{"message":"upstream said: `+custom+`"}`)).To(Succeed())
-	echo := newClaim(t, ns.Name, "echo", pool.Name, nil)
+	// A transient failure whose body echoes what it was sent (on a stand-in of its own,
+	// so no other test's claim meets the fault).
+	api, url, stop := env.ExtraSim()
+	t.Cleanup(stop)
+	echoSpec := spec
+	echoSpec.Endpoint = url
+	echoPool := newPool(t, ns.Name, "canary-echo", echoSpec)
+	api.SetFaultRoutes(sim.RouteRegister)
+	g.Expect(api.FailNext(1, 503, `{"message":"upstream said: `+custom+`"}`)).To(Succeed())
+	echo := newClaim(t, ns.Name, "echo", echoPool.Name, nil)
 	hasEvent(t, echo, corev1.EventTypeWarning, "IPAMAPIUnreachable", "HTTP 503: upstream said: [redacted]")
 	boundAddress(t, echo)
-	env.Sim.ClearFaults()
 	bad := newClaim(t, ns.Name, "bad", pool.Name, map[string]string{
 		"ipam.vitistack.io/addresses": "83.118.171.77", "ipam.vitistack.io/secret": "wrong",
 	})
