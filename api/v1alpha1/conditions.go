@@ -36,8 +36,6 @@ const (
 const (
 	// ClaimReadyAllocatedReason: the claim has an address.
 	ClaimReadyAllocatedReason = "Allocated"
-	// ClaimReadyPoolNotFoundReason: the claim's pool does not exist.
-	ClaimReadyPoolNotFoundReason = "PoolNotFound"
 	// ClaimReadySecretNotFoundReason: the Secret that owns the address does not exist.
 	ClaimReadySecretNotFoundReason = "SecretNotFound"
 	// ClaimReadyInvalidAnnotationReason: an ipam.vitistack.io annotation on the claim
@@ -48,8 +46,6 @@ const (
 	// ClaimReadyIPAMAPIUnreachableReason: the IPAM-API could not be reached; the claim
 	// is retried with back-off.
 	ClaimReadyIPAMAPIUnreachableReason = "IPAMAPIUnreachable"
-	// ClaimReadyReleasingReason: the claim is being deleted and its address released.
-	ClaimReadyReleasingReason = "Releasing"
 	// ClaimReadyReleaseFailedReason: releasing the address failed; retried with back-off.
 	ClaimReadyReleaseFailedReason = "ReleaseFailed"
 )

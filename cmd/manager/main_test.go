@@ -64,7 +64,7 @@ func TestBinaryIsStaticAndStarts(t *testing.T) {
 		"--health-addr=127.0.0.1:"+strconv.Itoa(port), "--insecure-diagnostics", "--diagnostics-address=127.0.0.1:0",
 		"--logging-format=json")
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
-	logs := &syncBuffer{}
+	logs := &testenv.Logs{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	g.Expect(cmd.Start()).To(Succeed())
 	t.Cleanup(func() { _ = cmd.Process.Kill() })

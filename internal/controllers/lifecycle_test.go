@@ -28,7 +28,7 @@ func restartManager(t *testing.T) {
 	g.Expect(env.StartManager(ctx, mgrOpts)).To(Succeed())
 }
 
-func pendingOf(t *testing.T, claim *ipamv1.IPAddressClaim) string {
+func recordOf(t *testing.T, claim *ipamv1.IPAddressClaim) string {
 	c := &ipamv1.IPAddressClaim{}
 	NewWithT(t).Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(claim), c)).To(Succeed())
 	return c.Annotations[ipamv1alpha1.RegistrationAnnotation]
@@ -60,7 +60,7 @@ func TestCrashBetweenAnswerAndIPAddressLeavesOneRegistration(t *testing.T) {
 	g.Eventually(func() []sim.Registration { return api.HeldBy(me) }, eventually, poll).Should(HaveLen(1),
 		"the stand-in must have registered the address although the answer was dropped")
 	readyCondition(t, claim, metav1.ConditionFalse, "AllocationFailed")
-	record := pendingOf(t, claim)
+	record := recordOf(t, claim)
 	g.Expect(record).To(ContainSubstring(`"serviceName":"crash"`), "the registration was recorded before it was sent")
 	g.Expect(record).NotTo(ContainSubstring(`"registered":true`))
 	registered := api.HeldBy(me)[0].Address

@@ -295,9 +295,9 @@ func familyKind(f ipamapi.Family) string {
 }
 
 // claimAnnotations are what a Service's claim carries from the Service.
-func claimAnnotations(svc *corev1.Service, spec *lbservice.Spec) map[string]string {
+func claimAnnotations(serviceName string, spec *lbservice.Spec) map[string]string {
 	return map[string]string{
-		ipamv1alpha1.ServiceNameAnnotation:         svc.Name,
+		ipamv1alpha1.ServiceNameAnnotation:         serviceName,
 		ipamv1alpha1.SecretAnnotation:              spec.Secret,
 		ipamv1alpha1.RetentionPeriodDaysAnnotation: strconv.Itoa(spec.RetentionPeriodDays),
 		ipamv1alpha1.DenyExternalCleanupAnnotation: strconv.FormatBool(spec.DenyExternalCleanup),
@@ -313,7 +313,7 @@ func (r *ServiceReconciler) createClaim(ctx context.Context, svc *corev1.Service
 		sum := sha256.Sum256([]byte(pool + "|" + want))
 		name += "-" + hex.EncodeToString(sum[:4])
 	}
-	ann := claimAnnotations(svc, spec)
+	ann := claimAnnotations(svc.Name, spec)
 	if want != "" {
 		ann[ipamv1alpha1.AddressesAnnotation] = want
 	}
@@ -349,7 +349,7 @@ func (r *ServiceReconciler) createClaim(ctx context.Context, svc *corev1.Service
 // claim; the claim handler rotates the secret or refreshes the registration.
 func (r *ServiceReconciler) updateClaim(ctx context.Context, claim *ipamv1.IPAddressClaim, spec *lbservice.Spec) error {
 	before := claim.DeepCopy()
-	want := claimAnnotations(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: claim.Annotations[ipamv1alpha1.ServiceNameAnnotation]}}, spec)
+	want := claimAnnotations(claim.Labels[ipamv1alpha1.ServiceNameLabel], spec)
 	changed := false
 	for k, v := range want {
 		if claim.Annotations[k] != v {

@@ -69,6 +69,15 @@ func published(t *testing.T, svc *corev1.Service, n int) *corev1.Service {
 	return got
 }
 
+// annotationOf returns a poller for one annotation of the Service as stored now.
+func annotationOf(svc *corev1.Service, key string) func() string {
+	return func() string {
+		got := &corev1.Service{}
+		_ = env.Client.Get(ctx, client.ObjectKeyFromObject(svc), got)
+		return got.Annotations[key]
+	}
+}
+
 func eventMessages(t *testing.T, obj client.Object) []string {
 	var out []string
 	for _, e := range eventsFor(t, obj) {
@@ -272,16 +281,8 @@ func TestServiceRequestedAddressChangeIsMakeBeforeBreak(t *testing.T) {
 	t.Cleanup(env.Sim.ClearFaults)
 	patchAnnotations(t, svc, map[string]string{"ipam.vitistack.io/addresses": "10.200.0.9"})
 	// While the new address is registered, MetalLB keeps the old one.
-	g.Consistently(func() string {
-		got := &corev1.Service{}
-		_ = env.Client.Get(ctx, client.ObjectKeyFromObject(svc), got)
-		return got.Annotations["metallb.io/loadBalancerIPs"]
-	}, 200*time.Millisecond, 20*time.Millisecond).Should(Equal(old))
-	g.Eventually(func() string {
-		got := &corev1.Service{}
-		_ = env.Client.Get(ctx, client.ObjectKeyFromObject(svc), got)
-		return got.Annotations["metallb.io/loadBalancerIPs"]
-	}, eventually, poll).Should(Equal("10.200.0.9"))
+	g.Consistently(annotationOf(svc, "metallb.io/loadBalancerIPs"), 200*time.Millisecond, 20*time.Millisecond).Should(Equal(old))
+	g.Eventually(annotationOf(svc, "metallb.io/loadBalancerIPs"), eventually, poll).Should(Equal("10.200.0.9"))
 	g.Eventually(func() []ipamv1.IPAddressClaim { return serviceClaims(t, svc) }, eventually, poll).Should(HaveLen(1))
 	g.Eventually(func() *time.Time { return holdersOf(old + "/32")[0].ExpiresAt }, eventually, poll).ShouldNot(BeNil())
 	g.Expect(holdersOf("10.200.0.9/32")).To(HaveLen(1))
@@ -466,10 +467,6 @@ func TestServiceAddressChangeWhileFirstClaimPending(t *testing.T) {
 	svc := newService(t, ns.Name, "quick", nil)
 	g.Eventually(func() []ipamv1.IPAddressClaim { return serviceClaims(t, svc) }, eventually, poll).Should(HaveLen(1))
 	patchAnnotations(t, svc, map[string]string{"ipam.vitistack.io/addresses": "10.201.0.7"})
-	g.Eventually(func() string {
-		got := &corev1.Service{}
-		_ = env.Client.Get(ctx, client.ObjectKeyFromObject(svc), got)
-		return got.Annotations["metallb.io/loadBalancerIPs"]
-	}, 30*time.Second, poll).Should(Equal("10.201.0.7"))
+	g.Eventually(annotationOf(svc, "metallb.io/loadBalancerIPs"), 30*time.Second, poll).Should(Equal("10.201.0.7"))
 	g.Eventually(func() []ipamv1.IPAddressClaim { return serviceClaims(t, svc) }, eventually, poll).Should(HaveLen(1))
 }

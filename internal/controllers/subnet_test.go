@@ -129,7 +129,7 @@ func TestSubnetModeCrashRetriesTheSameCandidate(t *testing.T) {
 
 	claim := newClaim(t, ns.Name, "crashy", pool.Name, nil)
 	g.Eventually(func() []sim.Holder { return api.Holders("10.62.0.2/32") }, eventually, poll).Should(HaveLen(1))
-	g.Expect(pendingOf(t, claim)).To(ContainSubstring(`"address":"10.62.0.2/32"`))
+	g.Expect(recordOf(t, claim)).To(ContainSubstring(`"address":"10.62.0.2/32"`))
 	restartManager(t)
 
 	g.Expect(boundAddress(t, claim).Spec.Address).To(Equal("10.62.0.2"))

@@ -73,7 +73,14 @@ func (l *Logs) String() string {
 	return l.buf.String()
 }
 
-// writer is an io.Writer into the log, for processes' output.
+// Write implements io.Writer, for a process's output.
+func (l *Logs) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+// writer is an io.Writer into the log, for processes' output, with a prefix.
 func (l *Logs) writer(prefix string) io.Writer {
 	return writerFunc(func(p []byte) (int, error) {
 		l.mu.Lock()
