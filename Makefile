@@ -30,6 +30,20 @@ ETCD := $(BIN)/etcd
 TEST_ASSETS := $(KUBE_APISERVER) $(ETCD) $(KUBE_CONTROLLER_MANAGER)
 export KUBEBUILDER_ASSETS := $(BIN)
 
+# Release artifacts (make release-manifests) and the offline clusterctl repository that
+# the quickstart and the end-to-end tests install from (make local-repository).
+RELEASE_DIR := $(ROOT)/out/ipam-vitistack/$(VERSION)
+LOCAL_REPOSITORY := $(ROOT)/out/repository
+MANAGER := $(BIN)/manager
+IPAM_API_SIM := $(BIN)/ipam-api-sim
+# What test/e2e and hack/quickstart run; exported so that `go test ./test/e2e` finds them.
+export E2E_REPOSITORY := $(LOCAL_REPOSITORY)
+export E2E_CLUSTERCTL := $(CLUSTERCTL)
+export E2E_MANAGER := $(MANAGER)
+export E2E_IPAM_API_SIM := $(IPAM_API_SIM)
+export E2E_VERSION := $(VERSION)
+export E2E_IMAGE := $(IMG)
+
 GO_TEST_FLAGS ?= -race -count=1
 TEST_TIMEOUT ?= 40m
 
@@ -71,22 +85,46 @@ lint: $(GOLANGCI_LINT) ## Run golangci-lint (config: .golangci.yml).
 	$(GOLANGCI_LINT) run ./...
 
 .PHONY: build
-build: ## Build the manager and the IPAM-API stand-in into bin/.
-	CGO_ENABLED=0 go build -trimpath -o $(BIN)/manager ./cmd/manager
-	CGO_ENABLED=0 go build -trimpath -o $(BIN)/ipam-api-sim ./cmd/ipam-api-sim
+build: ## Build the manager and the IPAM-API stand-in into bin/ (static, as the image packages them).
+	CGO_ENABLED=0 go build -trimpath -ldflags "-X main.version=$(VERSION)" -o $(MANAGER) ./cmd/manager
+	CGO_ENABLED=0 go build -trimpath -o $(IPAM_API_SIM) ./cmd/ipam-api-sim
+
+.PHONY: docker-build
+docker-build: ## Build the image $(IMG) (needs a Docker engine; CI checks the binary it packages instead).
+	docker build --build-arg VERSION=$(VERSION) -t $(IMG) .
+
+##@ Release
+
+.PHONY: release-manifests
+release-manifests: $(KUSTOMIZE) ## Write out/ipam-vitistack/$(VERSION)/: ipam-components.yaml (clusterctl), ipam-components-workload.yaml (Services) and metadata.yaml.
+	mkdir -p $(RELEASE_DIR)
+	$(KUSTOMIZE) build config/default | sed 's|image: controller:latest|image: $${VITISTACK_IMAGE:=$(IMG)}|' >$(RELEASE_DIR)/ipam-components.yaml
+	$(KUSTOMIZE) build config/workload | sed 's|image: controller:latest|image: $${VITISTACK_IMAGE:=$(IMG)}|' >$(RELEASE_DIR)/ipam-components-workload.yaml
+	cp metadata.yaml $(RELEASE_DIR)/metadata.yaml
+
+.PHONY: local-repository
+local-repository: release-manifests $(KUSTOMIZE) ## Write out/repository/: an offline clusterctl repository (this release, CAPI core and kubeadm, cert-manager CRDs).
+	hack/local-repository.sh $(LOCAL_REPOSITORY) $(RELEASE_DIR) $(KUSTOMIZE)
 
 ##@ Testing
 
 .PHONY: test
-test: verify-gen vet lint test-assets ## Everything CI runs: generated files, vet, lint, then all tests on a real control plane.
+test: verify-gen vet lint test-assets e2e-assets ## Everything CI runs: generated files, vet, lint, then all tests (unit, envtest, e2e) on a real control plane.
 	go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) ./...
 
 .PHONY: test-unit
-test-unit: test-assets ## Only the Go tests (no generation or lint checks).
+test-unit: test-assets e2e-assets ## Only the Go tests (no generation or lint checks).
 	go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) ./...
+
+.PHONY: test-e2e
+test-e2e: test-assets e2e-assets ## Only the end-to-end tests (clusterctl, manager process, control planes).
+	go test -count=1 -timeout $(TEST_TIMEOUT) -v ./test/e2e/
 
 .PHONY: test-assets
 test-assets: $(TEST_ASSETS) ## Build kube-apiserver, kube-controller-manager and etcd into bin/ (cached).
+
+.PHONY: e2e-assets
+e2e-assets: build local-repository $(CLUSTERCTL) ## Build what test/e2e and the quickstart run: binaries, release, clusterctl repository.
 
 ##@ Tools (cached in bin/)
 

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Builds a clusterctl repository that works with no network but the Go module proxy:
+#
+#   <repo>/ipam-vitistack/<version>/      this provider's release (make release-manifests)
+#   <repo>/cluster-api/<capi>/            core Cluster API    } kustomize build from the
+#   <repo>/bootstrap-kubeadm/<capi>/      kubeadm bootstrap   } sigs.k8s.io/cluster-api
+#   <repo>/control-plane-kubeadm/<capi>/  kubeadm control pl. } module in the Go module cache
+#   <repo>/cert-manager/<cm>/             cert-manager's CRDs only (no controllers)
+#   <repo>/clusterctl.yaml                points clusterctl at all of the above
+#
+# Use it with: clusterctl init --config <repo>/clusterctl.yaml --ipam vitistack
+# (the first init also installs core Cluster API and the kubeadm providers).
+#
+# Usage: hack/local-repository.sh <repo-dir> <release-dir> <kustomize>
+# The versions are the ones pinned in go.mod (Cluster API) and
+# hack/tools/cert-manager/go.mod (cert-manager).
+set -euo pipefail
+
+repo=$(mkdir -p "$1" && cd "$1" && pwd) release=$2 kustomize=$3
+root=$(cd "$(dirname "$0")/.." && pwd)
+version=$(basename "$release")
+
+module() { # <dir with go.mod> <module path> <field>: the pinned module's Dir or Version
+	(cd "$1" && go mod download -json "$2") | sed -n "s/^[[:space:]]*\"$3\": \"\(.*\)\",\$/\1/p"
+}
+capi=$(module "$root" sigs.k8s.io/cluster-api Dir)
+CAPI_VERSION=$(module "$root" sigs.k8s.io/cluster-api Version)
+cm=$(module "$root/hack/tools/cert-manager" github.com/cert-manager/cert-manager Dir)
+CERT_MANAGER_VERSION=$(module "$root/hack/tools/cert-manager" github.com/cert-manager/cert-manager Version)
+[ -d "$capi/config/default" ] || { echo "Cluster API not found in the module cache" >&2; exit 1; }
+[ -d "$cm/deploy/crds" ] || { echo "cert-manager not found in the module cache" >&2; exit 1; }
+
+rm -rf "$repo"
+mkdir -p "$repo"
+
+# This provider, as released.
+mkdir -p "$repo/ipam-vitistack/$version"
+cp "$release/ipam-components.yaml" "$release/metadata.yaml" "$repo/ipam-vitistack/$version/"
+
+# Core Cluster API and the kubeadm providers that clusterctl's first init installs.
+provider() { # <folder> <components file> <kustomize dir>
+	mkdir -p "$repo/$1/$CAPI_VERSION"
+	"$kustomize" build "$capi/$3" >"$repo/$1/$CAPI_VERSION/$2"
+	install -m 0644 "$capi/metadata.yaml" "$repo/$1/$CAPI_VERSION/metadata.yaml"
+}
+provider cluster-api core-components.yaml config/default
+provider bootstrap-kubeadm bootstrap-components.yaml bootstrap/kubeadm/config/default
+provider control-plane-kubeadm control-plane-components.yaml controlplane/kubeadm/config/default
+
+# cert-manager: only its CRDs, without the Helm template labels. clusterctl's check
+# creates an Issuer and a Certificate, which needs nothing more.
+mkdir -p "$repo/cert-manager/$CERT_MANAGER_VERSION"
+for f in "$cm"/deploy/crds/crd-*.yaml; do
+	echo "---"
+	sed -e '/^  labels:$/,/# Generated labels/d' -e '/^[[:space:]]*# \(START\|END\) /d' "$f"
+done >"$repo/cert-manager/$CERT_MANAGER_VERSION/cert-manager.yaml"
+
+cat >"$repo/clusterctl.yaml" <<EOF
+# clusterctl configuration for the offline repository next to this file.
+providers:
+  - name: cluster-api
+    type: CoreProvider
+    url: file://$repo/cluster-api/$CAPI_VERSION/core-components.yaml
+  - name: kubeadm
+    type: BootstrapProvider
+    url: file://$repo/bootstrap-kubeadm/$CAPI_VERSION/bootstrap-components.yaml
+  - name: kubeadm
+    type: ControlPlaneProvider
+    url: file://$repo/control-plane-kubeadm/$CAPI_VERSION/control-plane-components.yaml
+  - name: vitistack
+    type: IPAMProvider
+    url: file://$repo/ipam-vitistack/$version/ipam-components.yaml
+cert-manager:
+  url: file://$repo/cert-manager/$CERT_MANAGER_VERSION/cert-manager.yaml
+  version: $CERT_MANAGER_VERSION
+EOF
+echo "clusterctl repository: $repo (clusterctl init --config $repo/clusterctl.yaml --ipam vitistack)"
