@@ -95,11 +95,13 @@ docker-build: ## Build the image $(IMG) (needs a Docker engine; CI checks the bi
 
 ##@ Release
 
+# The image is fixed, as in every Cluster API provider: users change it with clusterctl's
+# `images:` setting. A ${VARIABLE} image breaks `clusterctl generate provider --describe`.
 .PHONY: release-manifests
 release-manifests: $(KUSTOMIZE) ## Write out/ipam-vitistack/$(VERSION)/: ipam-components.yaml (clusterctl), ipam-components-workload.yaml (Services) and metadata.yaml.
 	mkdir -p $(RELEASE_DIR)
-	$(KUSTOMIZE) build config/default | sed 's|image: controller:latest|image: $${VITISTACK_IMAGE:=$(IMG)}|' >$(RELEASE_DIR)/ipam-components.yaml
-	$(KUSTOMIZE) build config/workload | sed 's|image: controller:latest|image: $${VITISTACK_IMAGE:=$(IMG)}|' >$(RELEASE_DIR)/ipam-components-workload.yaml
+	$(KUSTOMIZE) build config/default | sed 's|image: controller:latest|image: $(IMG)|' >$(RELEASE_DIR)/ipam-components.yaml
+	$(KUSTOMIZE) build config/workload | sed 's|image: controller:latest|image: $(IMG)|' >$(RELEASE_DIR)/ipam-components-workload.yaml
 	cp metadata.yaml $(RELEASE_DIR)/metadata.yaml
 
 .PHONY: local-repository

@@ -64,8 +64,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"Base URL of the vitistack IPAM-API, for example https://ipam-api.vitistack.io (a trailing /v2 is accepted). Pools may override it with spec.endpoint.")
 	fs.DurationVar(&o.IPAMAPITimeout, "ipam-api-timeout", ipamapi.DefaultTimeout,
 		"Deadline of every IPAM-API request.")
-	fs.StringVar(&o.ClusterID, "cluster-id", "",
-		"cluster_id sent to the IPAM-API for pools without spec.clusterID. Empty: the UID of the kube-system Namespace (what the IPAM-operator used).")
+	fs.StringVar(&o.ClusterID, "cluster-id", ClusterIDKubeSystemUID,
+		"cluster_id sent to the IPAM-API for pools without spec.clusterID. "+ClusterIDKubeSystemUID+" (or empty): the UID of the kube-system Namespace (what the IPAM-operator used).")
 	fs.StringVar(&o.DefaultSecretNamespace, "default-secret-namespace", "",
 		"Namespace of the default IPAM-API secret, created on first use. Empty: ipam-system (the IPAM-operator's) with --enable-service-controller, else "+ProviderNamespace+".")
 	fs.StringVar(&o.DefaultSecretName, "default-secret-name", "default",
@@ -95,9 +95,18 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 // that Services the operator managed keep their addresses.
 const ServiceDefaultSecretNamespace = "ipam-system"
 
+// ClusterIDKubeSystemUID is the --cluster-id value (the default) that sends the UID of
+// the kube-system Namespace. clusterctl cannot substitute an empty default, so the
+// components default ${VITISTACK_CLUSTER_ID} to this word.
+const ClusterIDKubeSystemUID = "kube-system-uid"
+
 // ResolveDefaults fills what depends on other flags: the default secret's namespace is
-// ipam-system when the Service controller is on, else the provider's namespace.
+// ipam-system when the Service controller is on, else the provider's namespace; the
+// cluster ID kube-system-uid becomes empty (the controllers read the UID).
 func (o *Options) ResolveDefaults() {
+	if o.ClusterID == ClusterIDKubeSystemUID {
+		o.ClusterID = ""
+	}
 	if o.DefaultSecretNamespace == "" {
 		o.DefaultSecretNamespace = ProviderNamespace
 		if o.EnableServiceController {

@@ -1,0 +1,47 @@
+package localcluster
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/pkg/errors"
+)
+
+// Clusterctl runs clusterctl with c.ClusterctlConfig (the offline repository's), the version
+// check off and its own config directory; vars are clusterctl variables (environment).
+// Commands that talk to a cluster need "--kubeconfig", c.Kubeconfig in args.
+func (c *ControlPlane) Clusterctl(ctx context.Context, vars map[string]string, args ...string) (string, error) {
+	args = append(args, "--config", c.ClusterctlConfig)
+	cmd := exec.CommandContext(ctx, c.paths.Clusterctl, args...)
+	home := filepath.Join(c.Dir, "clusterctl-home")
+	cmd.Env = append(os.Environ(), "CLUSTERCTL_DISABLE_VERSIONCHECK=true", "HOME="+home, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"))
+	keys := make([]string, 0, len(vars))
+	for k := range vars {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		cmd.Env = append(cmd.Env, k+"="+vars[k])
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), errors.Wrapf(err, "clusterctl %s:\n%s", strings.Join(args, " "), out)
+	}
+	return string(out), nil
+}
+
+// Init runs `clusterctl init --ipam vitistack` (on a new cluster clusterctl also
+// installs core Cluster API and the kubeadm providers) with vars, then removes the
+// webhook configurations of the Cluster API providers: their Deployments never run on
+// a control plane without nodes, and their webhooks would refuse every Cluster.
+func (c *ControlPlane) Init(ctx context.Context, vars map[string]string) (string, error) {
+	out, err := c.Clusterctl(ctx, vars, "init", "--ipam", "vitistack", "--kubeconfig", c.Kubeconfig)
+	if err != nil {
+		return out, err
+	}
+	return out, c.removeForeignWebhooks(ctx)
+}

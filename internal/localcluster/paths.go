@@ -1,0 +1,55 @@
+package localcluster
+
+import (
+	"os"
+	"path/filepath"
+
+	"github.com/pkg/errors"
+)
+
+// Paths are the binaries and the clusterctl repository a local cluster runs.
+type Paths struct {
+	// Assets holds kube-apiserver, etcd and kube-controller-manager (KUBEBUILDER_ASSETS).
+	Assets string
+	// Clusterctl, Manager and Sim are the clusterctl, manager and ipam-api-sim binaries.
+	Clusterctl, Manager, Sim string
+	// Repository is the offline clusterctl repository, with clusterctl.yaml at its root.
+	Repository string
+	// Version is the provider's version in the repository, Image its default image.
+	Version, Image string
+}
+
+// PathsFromEnv reads the paths `make e2e-assets` exports. ok is false when
+// E2E_REPOSITORY is not set (not run through make).
+func PathsFromEnv() (p Paths, ok bool) {
+	p = Paths{
+		Assets:     os.Getenv("KUBEBUILDER_ASSETS"),
+		Clusterctl: os.Getenv("E2E_CLUSTERCTL"),
+		Manager:    os.Getenv("E2E_MANAGER"),
+		Sim:        os.Getenv("E2E_IPAM_API_SIM"),
+		Repository: os.Getenv("E2E_REPOSITORY"),
+		Version:    os.Getenv("E2E_VERSION"),
+		Image:      os.Getenv("E2E_IMAGE"),
+	}
+	return p, p.Repository != ""
+}
+
+// ClusterctlConfig is the repository's clusterctl.yaml.
+func (p Paths) ClusterctlConfig() string { return filepath.Join(p.Repository, "clusterctl.yaml") }
+
+// Check reports the first missing file, with the make target that builds it.
+func (p Paths) Check() error {
+	for _, f := range []string{
+		filepath.Join(p.Assets, "kube-apiserver"), filepath.Join(p.Assets, "etcd"),
+		filepath.Join(p.Assets, "kube-controller-manager"),
+		p.Clusterctl, p.Manager, p.Sim, p.ClusterctlConfig(),
+	} {
+		if _, err := os.Stat(f); err != nil {
+			return errors.Errorf("%s is missing: run 'make e2e-assets test-assets'", f)
+		}
+	}
+	if p.Version == "" {
+		return errors.New("the provider version is not set (E2E_VERSION)")
+	}
+	return nil
+}

@@ -1,0 +1,134 @@
+package localcluster
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/pkg/errors"
+)
+
+// Process is a program started by this package. Its output goes to a log file.
+type Process struct {
+	Name    string
+	LogFile string
+
+	cmd  *exec.Cmd
+	log  *os.File
+	done chan struct{}
+	mu   sync.Mutex
+	err  error
+}
+
+// startProcess starts bin with args and env (added to this process's environment), its
+// output appended to <dir>/<name>.log and copied to also (when not nil).
+func startProcess(dir, name string, also io.Writer, env []string, bin string, args ...string) (*Process, error) {
+	logFile := filepath.Join(dir, name+".log")
+	f, err := os.OpenFile(logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, errors.Wrapf(err, "opening the log of %s", name)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	var out io.Writer = f
+	if also != nil {
+		out = io.MultiWriter(f, also)
+	}
+	cmd.Stdout, cmd.Stderr = out, out
+	// Its own process group (a Ctrl-C in the terminal reaches only the parent, which
+	// stops the children in order), and killed if the parent dies.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		_ = f.Close()
+		return nil, errors.Wrapf(err, "starting %s", bin)
+	}
+	p := &Process{Name: name, LogFile: logFile, cmd: cmd, log: f, done: make(chan struct{})}
+	go func() {
+		err := cmd.Wait()
+		p.mu.Lock()
+		p.err = err
+		p.mu.Unlock()
+		_ = f.Close()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// Exited reports whether the process has ended, and how.
+func (p *Process) Exited() (bool, error) {
+	select {
+	case <-p.done:
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return true, p.err
+	default:
+		return false, nil
+	}
+}
+
+// Stop sends SIGTERM and waits up to 20 s, then kills.
+func (p *Process) Stop() {
+	if p == nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(20 * time.Second):
+		p.Kill()
+	}
+}
+
+// Kill ends the process at once, as a crash would, and waits for it.
+func (p *Process) Kill() {
+	if p == nil {
+		return
+	}
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
+
+// Logs returns what the process has written so far.
+func (p *Process) Logs() string {
+	b, _ := os.ReadFile(p.LogFile)
+	return string(b)
+}
+
+// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, errors.Wrap(err, "finding a free port")
+	}
+	defer ln.Close() //nolint:errcheck // only its port was needed
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// waitFor calls check every 100 ms until it returns nil, the process ends or timeout.
+func waitFor(p *Process, timeout time.Duration, what string, check func() error) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := check()
+		if err == nil {
+			return nil
+		}
+		if exited, perr := p.Exited(); exited {
+			return errors.Errorf("%s exited (%v) before %s; see %s", p.Name, perr, what, p.LogFile)
+		}
+		if time.Now().After(deadline) {
+			return errors.Wrapf(err, "%s: no %s after %s; see %s", p.Name, what, timeout, p.LogFile)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func hostPort(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
+
+func httpURL(port int) string { return fmt.Sprintf("http://%s", hostPort(port)) }

@@ -1,0 +1,210 @@
+package localcluster
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/pkg/errors"
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	certutil "k8s.io/client-go/util/cert"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/manager"
+)
+
+const (
+	// ProviderLabel is the label clusterctl's components carry, and its value here.
+	ProviderLabel = "cluster.x-k8s.io/provider"
+	ProviderName  = "ipam-vitistack"
+	// DeploymentName is the manager's Deployment as clusterctl installs it.
+	DeploymentName = "capi-ipam-vitistack-controller-manager"
+)
+
+// removeForeignWebhooks deletes every webhook configuration that is not this provider's.
+func (c *ControlPlane) removeForeignWebhooks(ctx context.Context) error {
+	notOurs := client.MatchingLabelsSelector{}
+	sel, err := labelsNot(ProviderLabel, ProviderName)
+	if err != nil {
+		return err
+	}
+	notOurs.Selector = sel
+	for _, obj := range []client.Object{&admissionv1.ValidatingWebhookConfiguration{}, &admissionv1.MutatingWebhookConfiguration{}} {
+		if err := c.Client.DeleteAllOf(ctx, obj, notOurs); err != nil {
+			return errors.Wrap(err, "removing the Cluster API providers' webhook configurations")
+		}
+	}
+	return nil
+}
+
+// RouteWebhooks points this provider's installed webhook configurations at
+// https://127.0.0.1:<port> with a CA of its own (as envtest does), and writes the
+// serving certificate the manager is started with. The port stays the same for the
+// control plane's life, so a restarted manager is reached at the same address.
+func (c *ControlPlane) RouteWebhooks(ctx context.Context) error {
+	if c.webhookPort == 0 {
+		port, err := freePort()
+		if err != nil {
+			return err
+		}
+		crt, key, err := certutil.GenerateSelfSignedCertKey("127.0.0.1", []net.IP{net.ParseIP("127.0.0.1")}, nil)
+		if err != nil {
+			return errors.Wrap(err, "generating the webhook serving certificate")
+		}
+		certDir := filepath.Join(c.Dir, "webhook-certs")
+		if err := os.MkdirAll(certDir, 0o700); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(certDir, "tls.crt"), crt, 0o600); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(certDir, "tls.key"), key, 0o600); err != nil {
+			return err
+		}
+		c.webhookPort, c.certDir, c.caBundle = port, certDir, crt
+	}
+	ours := client.MatchingLabels{ProviderLabel: ProviderName}
+	route := func(cc *admissionv1.WebhookClientConfig) {
+		path := ""
+		if cc.Service != nil && cc.Service.Path != nil {
+			path = *cc.Service.Path
+		}
+		cc.Service = nil
+		cc.URL = ptr.To(fmt.Sprintf("https://%s%s", hostPort(c.webhookPort), path))
+		cc.CABundle = c.caBundle
+	}
+	vwcs := &admissionv1.ValidatingWebhookConfigurationList{}
+	if err := c.Client.List(ctx, vwcs, ours); err != nil {
+		return err
+	}
+	for i := range vwcs.Items {
+		for j := range vwcs.Items[i].Webhooks {
+			route(&vwcs.Items[i].Webhooks[j].ClientConfig)
+		}
+		if err := c.Client.Update(ctx, &vwcs.Items[i]); err != nil {
+			return errors.Wrapf(err, "routing %s to 127.0.0.1", vwcs.Items[i].Name)
+		}
+	}
+	mwcs := &admissionv1.MutatingWebhookConfigurationList{}
+	if err := c.Client.List(ctx, mwcs, ours); err != nil {
+		return err
+	}
+	for i := range mwcs.Items {
+		for j := range mwcs.Items[i].Webhooks {
+			route(&mwcs.Items[i].Webhooks[j].ClientConfig)
+		}
+		if err := c.Client.Update(ctx, &mwcs.Items[i]); err != nil {
+			return errors.Wrapf(err, "routing %s to 127.0.0.1", mwcs.Items[i].Name)
+		}
+	}
+	if len(vwcs.Items)+len(mwcs.Items) == 0 {
+		return errors.New("no webhook configuration of the provider is installed")
+	}
+	return nil
+}
+
+// Manager is the provider's manager binary running as a process.
+type Manager struct {
+	*Process
+	// MetricsURL serves /metrics (plain HTTP on loopback).
+	MetricsURL string
+}
+
+// StartManager runs the manager binary as the installed Deployment would run it: with
+// the Deployment's arguments (as clusterctl substituted its variables) and as its
+// ServiceAccount (impersonated), plus what running outside the cluster needs: no leader
+// election (it has no namespace of its own), webhooks and probes on 127.0.0.1. extra
+// arguments come last and win. Returns once the manager is ready (webhooks served).
+func (c *ControlPlane) StartManager(ctx context.Context, also io.Writer, extra ...string) (*Manager, error) {
+	if err := c.RouteWebhooks(ctx); err != nil {
+		return nil, err
+	}
+	dep := &appsv1.Deployment{}
+	if err := c.Client.Get(ctx, types.NamespacedName{Namespace: manager.ProviderNamespace, Name: DeploymentName}, dep); err != nil {
+		return nil, errors.Wrap(err, "reading the manager's Deployment (was clusterctl init run?)")
+	}
+	var args []string
+	for _, ctr := range dep.Spec.Template.Spec.Containers {
+		if ctr.Name == "manager" {
+			args = append(args, ctr.Args...)
+		}
+	}
+	sa := dep.Spec.Template.Spec.ServiceAccountName
+	if len(args) == 0 || sa == "" {
+		return nil, errors.New("the manager's Deployment has no manager container arguments or no ServiceAccount")
+	}
+	kubeconfig := filepath.Join(c.Dir, "manager.kubeconfig")
+	cfg := rest.CopyConfig(c.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{
+		UserName: fmt.Sprintf("system:serviceaccount:%s:%s", manager.ProviderNamespace, sa),
+		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + manager.ProviderNamespace, "system:authenticated"},
+	}
+	if err := clientcmd.WriteToFile(*KubeconfigFor(cfg, c.Name), kubeconfig); err != nil {
+		return nil, errors.Wrap(err, "writing the manager's kubeconfig")
+	}
+	health, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	metrics, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	args = append(args,
+		"--leader-elect=false",
+		"--webhook-host=127.0.0.1", fmt.Sprintf("--webhook-port=%d", c.webhookPort), "--webhook-cert-dir="+c.certDir,
+		"--health-addr="+hostPort(health),
+		"--diagnostics-address="+hostPort(metrics), "--insecure-diagnostics")
+	args = append(args, extra...)
+	proc, err := startProcess(c.Dir, "manager", also, []string{"KUBECONFIG=" + kubeconfig}, c.paths.Manager, args...)
+	if err != nil {
+		return nil, err
+	}
+	readyz := httpURL(health) + "/readyz"
+	if err := waitFor(proc, time.Minute, "ready answer on "+readyz, func() error { return httpOK(ctx, readyz) }); err != nil {
+		proc.Kill()
+		return nil, err
+	}
+	return &Manager{Process: proc, MetricsURL: httpURL(metrics) + "/metrics"}, nil
+}
+
+func httpOK(ctx context.Context, url string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return errors.Errorf("%s: %s", url, resp.Status)
+	}
+	return nil
+}
+
+// Get fetches url (a manager's metrics, say) and returns the body.
+func Get(ctx context.Context, url string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close() //nolint:errcheck // read-only
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
+}

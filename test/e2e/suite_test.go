@@ -1,0 +1,104 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/localcluster"
+)
+
+// The suite's control plane "a", with the provider installed and its manager running;
+// the move test starts a second one.
+var (
+	paths   localcluster.Paths
+	workDir string
+	ipamAPI *localcluster.Sim
+	a       *localcluster.ControlPlane
+	aMgr    *localcluster.Manager
+	initOut string
+)
+
+func TestMain(m *testing.M) {
+	var ok bool
+	if paths, ok = localcluster.PathsFromEnv(); !ok {
+		fmt.Println("e2e: skipped: run through 'make test' or 'make test-e2e', which build the release artifacts and set E2E_REPOSITORY")
+		os.Exit(0)
+	}
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	if err := paths.Check(); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	var err error
+	if workDir, err = os.MkdirTemp("", "e2e-"); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	ctx := context.Background()
+	defer func() {
+		if aMgr != nil {
+			aMgr.Stop()
+		}
+		if a != nil {
+			a.Stop()
+		}
+		if ipamAPI != nil {
+			ipamAPI.Stop()
+		}
+		if os.Getenv("E2E_KEEP") == "" {
+			_ = os.RemoveAll(workDir)
+		}
+	}()
+	start := time.Now()
+	if err := setup(ctx); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: setting up: %v\n(logs in %s; E2E_KEEP=1 keeps them)\n", err, workDir)
+		return 1
+	}
+	fmt.Printf("e2e: control plane, clusterctl init and manager ready in %s (logs in %s)\n", time.Since(start).Round(time.Millisecond), workDir)
+	code := m.Run()
+	if code != 0 {
+		fmt.Printf("e2e: logs in %s (E2E_KEEP=1 keeps them)\n", workDir)
+	}
+	return code
+}
+
+func setup(ctx context.Context) error {
+	var err error
+	if ipamAPI, err = localcluster.StartSim(workDir, paths, nil); err != nil {
+		return err
+	}
+	if a, err = localcluster.StartControlPlane(workDir, "a", paths); err != nil {
+		return err
+	}
+	if initOut, err = a.Init(ctx, providerVars()); err != nil {
+		return err
+	}
+	aMgr, err = a.StartManager(ctx, nil)
+	return err
+}
+
+// providerVars are the clusterctl variables the suite installs the provider with.
+func providerVars() map[string]string {
+	return map[string]string{
+		"VITISTACK_IPAM_API_URL":              ipamAPI.URL,
+		"VITISTACK_LOG_LEVEL":                 "2",
+		"VITISTACK_MAX_CONCURRENT_RECONCILES": "5",
+	}
+}
+
+// logsDir is where a test's own files go.
+func logsDir(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(workDir, t.Name())
+	Expect(os.MkdirAll(dir, 0o700)).To(Succeed())
+	return dir
+}
