@@ -43,5 +43,10 @@ func (c *ControlPlane) Init(ctx context.Context, vars map[string]string) (string
 	if err != nil {
 		return out, err
 	}
-	return out, c.removeForeignWebhooks(ctx)
+	if err := c.removeForeignWebhooks(ctx); err != nil {
+		return out, err
+	}
+	// The garbage collector looks for new resource types only every 30 s: restart it so
+	// that it follows owner references of the CRDs just installed at once.
+	return out, c.restartControllerManager()
 }

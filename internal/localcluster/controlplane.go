@@ -81,6 +81,13 @@ func StartControlPlane(dir, name string, p Paths) (*ControlPlane, error) {
 	return cp, nil
 }
 
+func (c *ControlPlane) restartControllerManager() error {
+	c.kcm.Stop()
+	var err error
+	c.kcm, err = StartControllerManager(c.Dir, c.paths.Assets, c.Kubeconfig, nil)
+	return err
+}
+
 // StartControllerManager runs kube-controller-manager's garbage collector and namespace
 // controller against the API server of kubeconfig, its log in dir.
 func StartControllerManager(dir, assets, kubeconfig string, also io.Writer) (*Process, error) {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"time"
@@ -76,8 +77,13 @@ func (c *ControlPlane) RouteWebhooks(ctx context.Context) error {
 	ours := client.MatchingLabels{ProviderLabel: ProviderName}
 	route := func(cc *admissionv1.WebhookClientConfig) {
 		path := ""
-		if cc.Service != nil && cc.Service.Path != nil {
+		switch {
+		case cc.Service != nil && cc.Service.Path != nil:
 			path = *cc.Service.Path
+		case cc.URL != nil: // routed before (the manager is being restarted)
+			if u, err := url.Parse(*cc.URL); err == nil {
+				path = u.Path
+			}
 		}
 		cc.Service = nil
 		cc.URL = ptr.To(fmt.Sprintf("https://%s%s", hostPort(c.webhookPort), path))

@@ -4,11 +4,10 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
-	. "github.com/onsi/gomega"
 
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/localcluster"
 )
@@ -65,6 +64,11 @@ func run(m *testing.M) int {
 	}
 	fmt.Printf("e2e: control plane, clusterctl init and manager ready in %s (logs in %s)\n", time.Since(start).Round(time.Millisecond), workDir)
 	code := m.Run()
+	// The manager ran as its ServiceAccount: a permission its RBAC lacks shows here.
+	if aMgr != nil && strings.Contains(aMgr.Logs(), "forbidden") {
+		fmt.Fprintf(os.Stderr, "e2e: the manager was refused a request by RBAC; see %s\n", aMgr.LogFile)
+		code = 1
+	}
 	if code != 0 {
 		fmt.Printf("e2e: logs in %s (E2E_KEEP=1 keeps them)\n", workDir)
 	}
@@ -93,12 +97,4 @@ func providerVars() map[string]string {
 		"VITISTACK_LOG_LEVEL":                 "2",
 		"VITISTACK_MAX_CONCURRENT_RECONCILES": "5",
 	}
-}
-
-// logsDir is where a test's own files go.
-func logsDir(t *testing.T) string {
-	t.Helper()
-	dir := filepath.Join(workDir, t.Name())
-	Expect(os.MkdirAll(dir, 0o700)).To(Succeed())
-	return dir
 }

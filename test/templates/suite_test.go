@@ -17,6 +17,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	"github.com/pkg/errors"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -60,7 +61,7 @@ func TestMain(m *testing.M) {
 
 func run(m *testing.M) int {
 	if _, err := os.Stat(clusterctl); err != nil {
-		fmt.Fprintf(os.Stderr, "templates: E2E_CLUSTERCTL=%s: %v (run 'make %s')\n", clusterctl, err, clusterctl)
+		fmt.Fprintf(os.Stderr, "templates: E2E_CLUSTERCTL=%s: %v ('make tools' builds bin/clusterctl)\n", clusterctl, err)
 		return 1
 	}
 	start := time.Now()
@@ -152,7 +153,7 @@ func pinnedModule(module string) (string, string, error) {
 	out, runErr := cmd.Output()
 	var info struct{ Dir, Version, Error string }
 	if err := json.Unmarshal(out, &info); err != nil || info.Error != "" || info.Dir == "" {
-		return "", "", fmt.Errorf("go mod download -json %s in %s: %v %s %s", module, cmd.Dir, runErr, info.Error, stderr.String())
+		return "", "", errors.Errorf("go mod download -json %s in %s: %v %s %s", module, cmd.Dir, runErr, info.Error, stderr.String())
 	}
 	return info.Dir, info.Version, nil
 }
@@ -167,7 +168,7 @@ func generateCRDs(work, apiDir, out string) error {
 	cmd.Dir = apiDir
 	cmd.Env = toolEnv()
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("controller-gen in %s: %v\n%s", apiDir, err, b)
+		return errors.Wrapf(err, "controller-gen in %s:\n%s", apiDir, b)
 	}
 	return nil
 }
@@ -184,7 +185,7 @@ func controllerGen(work string) (string, error) {
 	cmd.Dir = filepath.Join(root, "hack", "tools", "controller-gen")
 	cmd.Env = toolEnv()
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building controller-gen: %v\n%s", err, b)
+		return "", errors.Wrapf(err, "building controller-gen:\n%s", b)
 	}
 	return bin, nil
 }
@@ -229,7 +230,7 @@ func runClusterctl(t *testing.T, args []string, vars map[string]string) (string,
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		return stdout.String(), fmt.Errorf("clusterctl %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+		return stdout.String(), errors.Wrapf(err, "clusterctl %s: %s", strings.Join(args, " "), strings.TrimSpace(stderr.String()))
 	}
 	return stdout.String(), nil
 }
@@ -250,7 +251,7 @@ func decode(t *testing.T, s string) []*unstructured.Unstructured {
 	r := utilyaml.NewYAMLReader(bufio.NewReader(strings.NewReader(s)))
 	for {
 		doc, err := r.Read()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		g.Expect(err).NotTo(HaveOccurred())

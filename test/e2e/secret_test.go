@@ -1,0 +1,98 @@
+package e2e
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/localcluster"
+)
+
+// IPAM-API secret values never show in the manager's log, events, conditions, objects
+// or metrics, nor in the stand-in's log, through allocation, a refused address (wrong
+// secret), a rotation and the release.
+func TestSecretValuesNeverLeak(t *testing.T) {
+	g := newG(t)
+	ctx := context.Background()
+	ns := newNamespace(t, a, "secrets")
+	canary := func(name string) string {
+		b := make([]byte, 12)
+		_, _ = rand.Read(b)
+		return "canary-" + name + "-" + hex.EncodeToString(b)
+	}
+	values := map[string]string{"owner": canary("owner"), "intruder": canary("intruder"), "rotated": canary("rotated")}
+	for name, v := range values {
+		newSecret(t, a, ns, name, v)
+	}
+	g.Expect(a.Client.Create(ctx, &ipamv1alpha1.VitistackIPPool{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pool"},
+		Spec:       ipamv1alpha1.VitistackIPPoolSpec{Zone: "inet", IPFamily: ipamv1alpha1.IPv4, SecretRef: &ipamv1alpha1.SecretReference{Name: "owner"}},
+	})).To(Succeed())
+
+	owner := newClaim(t, a, ns, "owner", "VitistackIPPool", "pool", nil)
+	addr := boundAddress(t, a, owner)
+
+	// Another claim asks for the same address with another secret: refused, visibly.
+	intruder := &ipamv1.IPAddressClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "intruder", Annotations: map[string]string{
+			ipamv1alpha1.AddressesAnnotation: addr.Spec.Address, ipamv1alpha1.SecretAnnotation: "intruder"}},
+		Spec: ipamv1.IPAddressClaimSpec{PoolRef: ipamv1.IPPoolReference{APIGroup: ipamv1alpha1.GroupVersion.Group, Kind: "VitistackIPPool", Name: "pool"}},
+	}
+	g.Expect(a.Client.Create(ctx, intruder)).To(Succeed())
+	readyReason(t, a, intruder, metav1.ConditionFalse, ipamv1.IPAddressClaimReadyAllocationFailedReason)
+	g.Eventually(func() []corev1.Event { return eventsOf(t, a, intruder) }).Should(
+		ContainElement(HaveField("Reason", ipamv1alpha1.ClaimReadyAddressTakenReason)))
+
+	// The owner rotates to another secret.
+	g.Eventually(func(g Gomega) {
+		c := &ipamv1.IPAddressClaim{}
+		g.Expect(a.Client.Get(ctx, client.ObjectKeyFromObject(owner), c)).To(Succeed())
+		c.Annotations = map[string]string{ipamv1alpha1.SecretAnnotation: "rotated"}
+		g.Expect(a.Client.Update(ctx, c)).To(Succeed())
+	}).Should(Succeed())
+	g.Eventually(func(g Gomega) {
+		c := &ipamv1.IPAddressClaim{}
+		g.Expect(a.Client.Get(ctx, client.ObjectKeyFromObject(owner), c)).To(Succeed())
+		g.Expect(c.Status.Conditions).To(ContainElement(And(HaveField("Type", ipamv1alpha1.ClaimSecretRotatedCondition), HaveField("Status", metav1.ConditionTrue))))
+	}).Should(Succeed())
+
+	// Everything a user or an operator can read, while the objects exist.
+	var seen []string
+	dump := func(what string, v any) {
+		b, err := json.Marshal(v)
+		g.Expect(err).NotTo(HaveOccurred())
+		seen = append(seen, what+": "+string(b))
+	}
+	for _, list := range []client.ObjectList{&ipamv1.IPAddressClaimList{}, &ipamv1.IPAddressList{}, &ipamv1alpha1.VitistackIPPoolList{}, &corev1.EventList{}} {
+		g.Expect(a.Client.List(ctx, list, client.InNamespace(ns))).To(Succeed())
+		dump("objects", list)
+	}
+	deleteAndWait(t, a, intruder)
+	deleteAndWait(t, a, owner)
+	g.Expect(activeHolders(t, addr.Spec.Address)).To(BeEmpty())
+
+	events := &corev1.EventList{}
+	g.Expect(a.Client.List(ctx, events, client.InNamespace(ns))).To(Succeed())
+	dump("events", events)
+	metrics, err := localcluster.Get(ctx, aMgr.MetricsURL)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(metrics).To(ContainSubstring("vitistack_ipam_api_request_duration_seconds"))
+	seen = append(seen, "metrics: "+metrics, "manager log: "+aMgr.Logs(), "ipam-api-sim log: "+ipamAPI.Logs())
+	g.Expect(aMgr.Logs()).To(ContainSubstring("intruder"), "the manager logged nothing about the refused claim (log level 2)")
+
+	for _, text := range seen {
+		for name, v := range values {
+			g.Expect(strings.Contains(text, v)).To(BeFalse(), "the value of secret %q appears in %.200s...", name, text)
+		}
+	}
+}
