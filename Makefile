@@ -41,6 +41,7 @@ export E2E_REPOSITORY := $(LOCAL_REPOSITORY)
 export E2E_CLUSTERCTL := $(CLUSTERCTL)
 export E2E_MANAGER := $(MANAGER)
 export E2E_IPAM_API_SIM := $(IPAM_API_SIM)
+export E2E_QUICKSTART := $(BIN)/quickstart
 export E2E_VERSION := $(VERSION)
 export E2E_IMAGE := $(IMG)
 
@@ -85,9 +86,10 @@ lint: $(GOLANGCI_LINT) ## Run golangci-lint (config: .golangci.yml).
 	$(GOLANGCI_LINT) run ./...
 
 .PHONY: build
-build: ## Build the manager and the IPAM-API stand-in into bin/ (static, as the image packages them).
+build: ## Build the manager and the IPAM-API stand-in into bin/ (static, as the image packages them), and the quickstart.
 	CGO_ENABLED=0 go build -trimpath -ldflags "-X main.version=$(VERSION)" -o $(MANAGER) ./cmd/manager
 	CGO_ENABLED=0 go build -trimpath -o $(IPAM_API_SIM) ./cmd/ipam-api-sim
+	go build -o $(BIN)/quickstart ./hack/quickstart
 
 .PHONY: docker-build
 docker-build: ## Build the image $(IMG) (needs a Docker engine; CI checks the binary it packages instead).
@@ -159,6 +161,10 @@ clean: ## Remove build output (keeps the cached tools in bin/).
 	rm -rf out
 
 ##@ Running locally
+
+.PHONY: quickstart
+quickstart: test-assets e2e-assets ## Everything on this machine: control plane, clusterctl init --ipam vitistack, stand-in, manager, examples. Ctrl-C stops it.
+	$(BIN)/quickstart --dir $(ROOT)/out/quickstart --templates $(ROOT)/templates
 
 .PHONY: run-sim
 run-sim: ## Run the IPAM-API stand-in on 127.0.0.1:3000 (state in out/ipam-api-sim.json).

@@ -1,7 +1,9 @@
 package localcluster
 
 import (
+	"bytes"
 	"context"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +17,16 @@ import (
 // check off and its own config directory; vars are clusterctl variables (environment).
 // Commands that talk to a cluster need "--kubeconfig", c.Kubeconfig in args.
 func (c *ControlPlane) Clusterctl(ctx context.Context, vars map[string]string, args ...string) (string, error) {
+	return c.clusterctl(ctx, vars, false, args...)
+}
+
+// GenerateYAML renders a template with `clusterctl generate yaml --from file` and vars;
+// it returns only what clusterctl writes to stdout (the YAML).
+func (c *ControlPlane) GenerateYAML(ctx context.Context, vars map[string]string, file string) (string, error) {
+	return c.clusterctl(ctx, vars, true, "generate", "yaml", "--from", file)
+}
+
+func (c *ControlPlane) clusterctl(ctx context.Context, vars map[string]string, stdoutOnly bool, args ...string) (string, error) {
 	args = append(args, "--config", c.ClusterctlConfig)
 	cmd := exec.CommandContext(ctx, c.paths.Clusterctl, args...)
 	home := filepath.Join(c.Dir, "clusterctl-home")
@@ -27,11 +39,15 @@ func (c *ControlPlane) Clusterctl(ctx context.Context, vars map[string]string, a
 	for _, k := range keys {
 		cmd.Env = append(cmd.Env, k+"="+vars[k])
 	}
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return string(out), errors.Wrapf(err, "clusterctl %s:\n%s", strings.Join(args, " "), out)
+	var stdout, all bytes.Buffer
+	cmd.Stdout, cmd.Stderr = io.MultiWriter(&stdout, &all), &all
+	if err := cmd.Run(); err != nil {
+		return all.String(), errors.Wrapf(err, "clusterctl %s:\n%s", strings.Join(args, " "), all.String())
 	}
-	return string(out), nil
+	if stdoutOnly {
+		return stdout.String(), nil
+	}
+	return all.String(), nil
 }
 
 // Init runs `clusterctl init --ipam vitistack` (on a new cluster clusterctl also
