@@ -18,6 +18,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/localcluster"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/testenv"
 )
 
@@ -57,7 +58,7 @@ func TestBinaryIsStaticAndStarts(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(func() { _ = env.Stop() })
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	g.Expect(clientcmd.WriteToFile(*testenv.KubeconfigFor(cfg), kubeconfig)).To(Succeed())
+	g.Expect(clientcmd.WriteToFile(*localcluster.KubeconfigFor(cfg, "test"), kubeconfig)).To(Succeed())
 
 	port := freePort(t)
 	cmd := exec.Command(bin, "--enable-webhooks=false", "--ipam-api-url=http://127.0.0.1:3000",

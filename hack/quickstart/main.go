@@ -181,14 +181,15 @@ func pending(ctx context.Context, c client.Client) ([]string, error) {
 
 func report(ctx context.Context, c client.Client) error {
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "    KIND\tNAME\tADDRESS\tZONE")
+	row := func(cells ...string) { _, _ = fmt.Fprintln(w, "    "+strings.Join(cells, "\t")) }
+	row("KIND", "NAME", "ADDRESS", "ZONE")
 	addrs := &ipamv1.IPAddressList{}
 	if err := c.List(ctx, addrs); err != nil {
 		return err
 	}
 	sort.Slice(addrs.Items, func(i, j int) bool { return addrs.Items[i].Name < addrs.Items[j].Name })
 	for _, a := range addrs.Items {
-		fmt.Fprintf(w, "    IPAddressClaim\t%s/%s\t%s\t%s\n", a.Namespace, a.Name, a.Spec.Address, a.Labels[ipamv1alpha1.ZoneLabel])
+		row("IPAddressClaim", a.Namespace+"/"+a.Name, a.Spec.Address, a.Labels[ipamv1alpha1.ZoneLabel])
 	}
 	svcs := &corev1.ServiceList{}
 	if err := c.List(ctx, svcs, client.InNamespace("default")); err != nil {
@@ -196,7 +197,7 @@ func report(ctx context.Context, c client.Client) error {
 	}
 	for _, s := range svcs.Items {
 		if s.Spec.Type == corev1.ServiceTypeLoadBalancer {
-			fmt.Fprintf(w, "    Service\t%s/%s\t%s\t%s\n", s.Namespace, s.Name, s.Annotations["metallb.io/loadBalancerIPs"], s.Annotations[ipamv1alpha1.ZoneAnnotation])
+			row("Service", s.Namespace+"/"+s.Name, s.Annotations["metallb.io/loadBalancerIPs"], s.Annotations[ipamv1alpha1.ZoneAnnotation])
 		}
 	}
 	return w.Flush()

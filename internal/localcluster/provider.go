@@ -25,9 +25,10 @@ import (
 )
 
 const (
-	// ProviderLabel is the label clusterctl's components carry, and its value here.
+	// ProviderLabel is the label clusterctl's components carry.
 	ProviderLabel = "cluster.x-k8s.io/provider"
-	ProviderName  = "ipam-vitistack"
+	// ProviderName is this provider's value of ProviderLabel (and its inventory name).
+	ProviderName = "ipam-vitistack"
 	// DeploymentName is the manager's Deployment as clusterctl installs it.
 	DeploymentName = "capi-ipam-vitistack-controller-manager"
 )

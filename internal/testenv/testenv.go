@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"sync"
@@ -20,7 +19,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -30,6 +28,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/localcluster"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/manager"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi/sim"
 )
@@ -57,7 +56,7 @@ type Env struct {
 	env     *envtest.Environment
 	httpSrv *httptest.Server
 	mgr     *runningManager
-	kcm     *exec.Cmd
+	kcm     *localcluster.Process
 }
 
 // Logs is a concurrency-safe log sink.
@@ -251,33 +250,16 @@ func (e *Env) StartControllerManager() error {
 	if err != nil {
 		return err
 	}
-	bin := filepath.Join(assets, "kube-controller-manager")
 	dir, err := os.MkdirTemp("", "kcm-")
 	if err != nil {
 		return errors.Wrap(err, "creating a directory for kube-controller-manager")
 	}
 	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := clientcmd.WriteToFile(*KubeconfigFor(e.Config), kubeconfig); err != nil {
+	if err := clientcmd.WriteToFile(*localcluster.KubeconfigFor(e.Config, "test"), kubeconfig); err != nil {
 		return errors.Wrap(err, "writing kube-controller-manager's kubeconfig")
 	}
-	cmd := exec.Command(bin, "--kubeconfig="+kubeconfig, "--controllers=garbagecollector,namespace",
-		"--leader-elect=false", "--secure-port=0", "--use-service-account-credentials=false", "--v=1")
-	cmd.Stdout, cmd.Stderr = e.Logs.writer("kube-controller-manager"), e.Logs.writer("kube-controller-manager")
-	if err := cmd.Start(); err != nil {
-		return errors.Wrapf(err, "starting %s (run 'make test-assets')", bin)
-	}
-	e.kcm = cmd
-	return nil
-}
-
-// KubeconfigFor turns a rest.Config into a kubeconfig.
-func KubeconfigFor(cfg *rest.Config) *clientcmdapi.Config {
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["test"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
-	kc.AuthInfos["test"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}
-	kc.Contexts["test"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: "test"}
-	kc.CurrentContext = "test"
-	return kc
+	e.kcm, err = localcluster.StartControllerManager(dir, assets, kubeconfig, e.Logs.writer("kube-controller-manager"))
+	return err
 }
 
 // StopManager stops the manager as a crash would: at once, wherever its reconciles are.
@@ -294,10 +276,7 @@ func (e *Env) StopManager() error {
 // Stop stops everything.
 func (e *Env) Stop() error {
 	_ = e.StopManager()
-	if e.kcm != nil {
-		_ = e.kcm.Process.Kill()
-		_ = e.kcm.Wait()
-	}
+	e.kcm.Kill()
 	e.httpSrv.Close()
 	return e.env.Stop()
 }

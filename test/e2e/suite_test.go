@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/localcluster"
 )
 
