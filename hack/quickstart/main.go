@@ -15,9 +15,11 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/pkg/errors"
 	corev1 "k8s.io/api/core/v1"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
@@ -28,6 +30,7 @@ func main() {
 	dir := flag.String("dir", "out/quickstart", "directory for kubeconfigs, certificates and logs (emptied first)")
 	templates := flag.String("templates", "templates", "directory with global-pools.yaml, claims.yaml and service.yaml")
 	flag.Parse()
+	ctrl.SetLogger(logr.Discard()) // the processes log to files in --dir
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, *dir, *templates); err != nil {

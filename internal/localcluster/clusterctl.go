@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/pkg/errors"
 )
@@ -39,7 +40,8 @@ func (c *ControlPlane) clusterctl(ctx context.Context, vars map[string]string, s
 	for _, k := range keys {
 		cmd.Env = append(cmd.Env, k+"="+vars[k])
 	}
-	var stdout, all bytes.Buffer
+	// stdout and stderr are copied by two goroutines: both go through one lock.
+	var stdout, all lockedBuffer
 	cmd.Stdout, cmd.Stderr = io.MultiWriter(&stdout, &all), &all
 	if err := cmd.Run(); err != nil {
 		return all.String(), errors.Wrapf(err, "clusterctl %s:\n%s", strings.Join(args, " "), all.String())
@@ -65,4 +67,21 @@ func (c *ControlPlane) Init(ctx context.Context, vars map[string]string) (string
 	// The garbage collector looks for new resource types only every 30 s: restart it so
 	// that it follows owner references of the CRDs just installed at once.
 	return out, c.restartControllerManager()
+}
+
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
+	ctrl "sigs.k8s.io/controller-runtime"
+
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/localcluster"
 )
 
@@ -28,6 +31,7 @@ func TestMain(m *testing.M) {
 		fmt.Println("e2e: skipped: run through 'make test' or 'make test-e2e', which build the release artifacts and set E2E_REPOSITORY")
 		os.Exit(0)
 	}
+	ctrl.SetLogger(logr.Discard()) // envtest's own chatter; the processes log to files
 	os.Exit(run(m))
 }
 
