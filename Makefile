@@ -112,13 +112,19 @@ local-repository: release-manifests $(KUSTOMIZE) ## Write out/repository/: an of
 
 ##@ Testing
 
+# The e2e suite runs on its own after the others: its processes and waits should not
+# compete for the 2 cores with the envtest suites.
+GO_PACKAGES_BUT_E2E = $$(go list ./... | grep -v /test/e2e)
+
 .PHONY: test
 test: verify-gen vet lint test-assets e2e-assets ## Everything CI runs: generated files, vet, lint, then all tests (unit, envtest, e2e) on a real control plane.
-	go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) ./...
+	go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) $(GO_PACKAGES_BUT_E2E)
+	go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) ./test/e2e/
 
 .PHONY: test-unit
 test-unit: test-assets e2e-assets ## Only the Go tests (no generation or lint checks).
-	go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) ./...
+	go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) $(GO_PACKAGES_BUT_E2E)
+	go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) ./test/e2e/
 
 .PHONY: test-e2e
 test-e2e: test-assets e2e-assets ## Only the end-to-end tests (clusterctl, manager process, control planes).

@@ -16,6 +16,12 @@
 # hack/tools/cert-manager/go.mod (cert-manager).
 set -euo pipefail
 
+[ $# -eq 3 ] || { echo "usage: $0 <repo-dir> <release-dir> <kustomize>" >&2; exit 2; }
+# The repository is rebuilt from scratch: refuse a folder that is not one.
+if [ -d "$1" ] && [ -n "$(ls -A "$1")" ] && [ ! -f "$1/clusterctl.yaml" ]; then
+	echo "$1 is not empty and holds no clusterctl.yaml: not deleting it" >&2
+	exit 1
+fi
 repo=$(mkdir -p "$1" && cd "$1" && pwd) release=$2 kustomize=$3
 root=$(cd "$(dirname "$0")/.." && pwd)
 version=$(basename "$release")
@@ -50,10 +56,16 @@ provider control-plane-kubeadm control-plane-components.yaml controlplane/kubead
 # cert-manager: only its CRDs, without the Helm template labels. clusterctl's check
 # creates an Issuer and a Certificate, which needs nothing more.
 mkdir -p "$repo/cert-manager/$CERT_MANAGER_VERSION"
+certmanager=$repo/cert-manager/$CERT_MANAGER_VERSION/cert-manager.yaml
 for f in "$cm"/deploy/crds/crd-*.yaml; do
 	echo "---"
-	sed -e '/^  labels:$/,/# Generated labels/d' -e '/^[[:space:]]*# \(START\|END\) /d' "$f"
-done >"$repo/cert-manager/$CERT_MANAGER_VERSION/cert-manager.yaml"
+	sed -E -e '/^  labels:$/,/# Generated labels/d' -e '/^[[:space:]]*# (START|END) /d' "$f"
+done >"$certmanager"
+crds=$(grep -c '^kind: CustomResourceDefinition$' "$certmanager")
+if [ "$crds" -ne 6 ] || grep -q '{{ *template\|\.Release\.' "$certmanager"; then
+	echo "cert-manager's CRDs did not come out as expected ($crds CRDs, Helm templating left?): $certmanager" >&2
+	exit 1
+fi
 
 cat >"$repo/clusterctl.yaml" <<EOF
 # clusterctl configuration for the offline repository next to this file.

@@ -33,7 +33,7 @@ func main() {
 	ctrl.SetLogger(logr.Discard()) // the processes log to files in --dir
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *dir, *templates); err != nil {
+	if err := run(ctx, stop, *dir, *templates); err != nil {
 		fmt.Fprintln(os.Stderr, "quickstart:", err)
 		os.Exit(1)
 	}
@@ -41,7 +41,7 @@ func main() {
 
 func step(format string, args ...any) { fmt.Printf("==> "+format+"\n", args...) }
 
-func run(ctx context.Context, dir, templates string) error {
+func run(ctx context.Context, stop func(), dir, templates string) error {
 	paths, ok := localcluster.PathsFromEnv()
 	if !ok {
 		return errors.New("run it with 'make quickstart', which builds what it needs and sets E2E_REPOSITORY and friends")
@@ -51,13 +51,23 @@ func run(ctx context.Context, dir, templates string) error {
 	}
 	dir, err := filepath.Abs(dir)
 	if err != nil {
-		return err
+		return errors.Wrap(err, "--dir")
+	}
+	// The folder is emptied first: only if it is empty or one of ours.
+	marker := filepath.Join(dir, ".quickstart")
+	if entries, err := os.ReadDir(dir); err == nil && len(entries) > 0 {
+		if _, err := os.Stat(marker); err != nil {
+			return errors.Errorf("--dir %s is not empty and was not made by the quickstart: not emptying it", dir)
+		}
 	}
 	if err := os.RemoveAll(dir); err != nil {
-		return err
+		return errors.Wrapf(err, "emptying %s", dir)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
+		return errors.Wrapf(err, "creating %s", dir)
+	}
+	if err := os.WriteFile(marker, nil, 0o600); err != nil {
+		return errors.Wrapf(err, "creating %s", marker)
 	}
 	start := time.Now()
 
@@ -133,6 +143,7 @@ Logs (manager, kube-apiserver, stand-in): %s
 Press Ctrl-C to stop everything.
 `, time.Since(start).Round(time.Second), cp.Kubeconfig, sim.DebugURL, dir)
 	<-ctx.Done()
+	stop() // a second Ctrl-C ends the quickstart at once
 	fmt.Println()
 	step("Stopping")
 	return nil

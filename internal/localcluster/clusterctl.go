@@ -31,7 +31,14 @@ func (c *ControlPlane) clusterctl(ctx context.Context, vars map[string]string, s
 	args = append(args, "--config", c.ClusterctlConfig)
 	cmd := exec.CommandContext(ctx, c.paths.Clusterctl, args...)
 	home := filepath.Join(c.Dir, "clusterctl-home")
-	cmd.Env = append(os.Environ(), "CLUSTERCTL_DISABLE_VERSIONCHECK=true", "HOME="+home, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"))
+	// This process's environment without clusterctl variables of the provider (set in a
+	// developer's shell, they would change what is installed), then vars.
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "VITISTACK_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, "CLUSTERCTL_DISABLE_VERSIONCHECK=true", "HOME="+home, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"))
 	keys := make([]string, 0, len(vars))
 	for k := range vars {
 		keys = append(keys, k)

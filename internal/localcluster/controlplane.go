@@ -37,6 +37,7 @@ type ControlPlane struct {
 	paths       Paths
 	env         *envtest.Environment
 	kcm         *Process
+	apiLog      *os.File
 	webhookPort int
 	certDir     string
 	caBundle    []byte
@@ -62,7 +63,7 @@ func StartControlPlane(dir, name string, p Paths) (*ControlPlane, error) {
 		_ = apiLog.Close()
 		return nil, errors.Wrapf(err, "starting etcd and kube-apiserver (see %s)", apiLog.Name())
 	}
-	cp := &ControlPlane{Name: name, Dir: dir, Config: cfg, paths: p, env: env,
+	cp := &ControlPlane{Name: name, Dir: dir, Config: cfg, paths: p, env: env, apiLog: apiLog,
 		Kubeconfig: filepath.Join(dir, "kubeconfig"), ClusterctlConfig: p.ClusterctlConfig()}
 	if err := clientcmd.WriteToFile(*KubeconfigFor(cfg, name), cp.Kubeconfig); err != nil {
 		cp.Stop()
@@ -72,7 +73,7 @@ func StartControlPlane(dir, name string, p Paths) (*ControlPlane, error) {
 	utilruntime.Must(apiextensionsv1.AddToScheme(scheme))
 	if cp.Client, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
 		cp.Stop()
-		return nil, err
+		return nil, errors.Wrap(err, "creating a client")
 	}
 	if cp.kcm, err = StartControllerManager(dir, p.Assets, cp.Kubeconfig, nil); err != nil {
 		cp.Stop()
@@ -112,6 +113,9 @@ func (c *ControlPlane) Stop() {
 	c.kcm.Stop()
 	if c.env != nil {
 		_ = c.env.Stop()
+	}
+	if c.apiLog != nil {
+		_ = c.apiLog.Close()
 	}
 }
 

@@ -50,31 +50,31 @@ func (c *ControlPlane) removeForeignWebhooks(ctx context.Context) error {
 }
 
 // RouteWebhooks points this provider's installed webhook configurations at
-// https://127.0.0.1:<port> with a CA of its own (as envtest does), and writes the
-// serving certificate the manager is started with. The port stays the same for the
-// control plane's life, so a restarted manager is reached at the same address.
+// https://127.0.0.1:<a free port> with a CA of its own (as envtest does), and writes
+// the serving certificate the manager is started with. StartManager calls it.
 func (c *ControlPlane) RouteWebhooks(ctx context.Context) error {
-	if c.webhookPort == 0 {
-		port, err := freePort()
-		if err != nil {
-			return err
-		}
+	if c.certDir == "" {
 		crt, key, err := certutil.GenerateSelfSignedCertKey("127.0.0.1", []net.IP{net.ParseIP("127.0.0.1")}, nil)
 		if err != nil {
 			return errors.Wrap(err, "generating the webhook serving certificate")
 		}
 		certDir := filepath.Join(c.Dir, "webhook-certs")
 		if err := os.MkdirAll(certDir, 0o700); err != nil {
-			return err
+			return errors.Wrap(err, "creating the webhook certificate directory")
 		}
-		if err := os.WriteFile(filepath.Join(certDir, "tls.crt"), crt, 0o600); err != nil {
-			return err
+		for name, data := range map[string][]byte{"tls.crt": crt, "tls.key": key} {
+			if err := os.WriteFile(filepath.Join(certDir, name), data, 0o600); err != nil {
+				return errors.Wrapf(err, "writing the webhook certificate's %s", name)
+			}
 		}
-		if err := os.WriteFile(filepath.Join(certDir, "tls.key"), key, 0o600); err != nil {
-			return err
-		}
-		c.webhookPort, c.certDir, c.caBundle = port, certDir, crt
+		c.certDir, c.caBundle = certDir, crt
 	}
+	// A new port each time: the old one may have been taken while no manager ran.
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	c.webhookPort = port
 	ours := client.MatchingLabels{ProviderLabel: ProviderName}
 	route := func(cc *admissionv1.WebhookClientConfig) {
 		path := ""
@@ -92,7 +92,7 @@ func (c *ControlPlane) RouteWebhooks(ctx context.Context) error {
 	}
 	vwcs := &admissionv1.ValidatingWebhookConfigurationList{}
 	if err := c.Client.List(ctx, vwcs, ours); err != nil {
-		return err
+		return errors.Wrap(err, "listing the provider's webhook configurations")
 	}
 	for i := range vwcs.Items {
 		for j := range vwcs.Items[i].Webhooks {
@@ -104,7 +104,7 @@ func (c *ControlPlane) RouteWebhooks(ctx context.Context) error {
 	}
 	mwcs := &admissionv1.MutatingWebhookConfigurationList{}
 	if err := c.Client.List(ctx, mwcs, ours); err != nil {
-		return err
+		return errors.Wrap(err, "listing the provider's webhook configurations")
 	}
 	for i := range mwcs.Items {
 		for j := range mwcs.Items[i].Webhooks {
@@ -140,7 +140,7 @@ func (c *ControlPlane) StartManager(ctx context.Context, also io.Writer, extra .
 	if err := c.Client.Get(ctx, types.NamespacedName{Namespace: manager.ProviderNamespace, Name: DeploymentName}, dep); err != nil {
 		return nil, errors.Wrap(err, "reading the manager's Deployment (was clusterctl init run?)")
 	}
-	var args []string
+	args := []string{}
 	for _, ctr := range dep.Spec.Template.Spec.Containers {
 		if ctr.Name == "manager" {
 			args = append(args, ctr.Args...)
@@ -185,12 +185,15 @@ func (c *ControlPlane) StartManager(ctx context.Context, also io.Writer, extra .
 	return &Manager{Process: proc, MetricsURL: httpURL(metrics) + "/metrics"}, nil
 }
 
+// httpClient is for the local processes' plain HTTP endpoints; none takes long to answer.
+var httpClient = &http.Client{Timeout: 10 * time.Second}
+
 func httpOK(ctx context.Context, url string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := httpClient.Do(req)
 	if err != nil {
 		return err
 	}
@@ -207,9 +210,9 @@ func Get(ctx context.Context, url string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := httpClient.Do(req)
 	if err != nil {
-		return "", err
+		return "", errors.Wrapf(err, "GET %s", url)
 	}
 	defer resp.Body.Close() //nolint:errcheck // read-only
 	b, err := io.ReadAll(resp.Body)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"time"
@@ -83,7 +82,7 @@ func (s *Sim) debug(ctx context.Context, method, path string, in, out any) error
 	if err != nil {
 		return err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := httpClient.Do(req)
 	if err != nil {
 		return errors.Wrapf(err, "%s %s", method, path)
 	}
@@ -95,7 +94,7 @@ func (s *Sim) debug(ctx context.Context, method, path string, in, out any) error
 	if out == nil {
 		return nil
 	}
-	return errors.Wrap(json.Unmarshal(b, out), fmt.Sprintf("decoding %s", path))
+	return errors.Wrapf(json.Unmarshal(b, out), "decoding %s", path)
 }
 
 // SetFaults replaces the stand-in's faults (sim.Faults{} clears them).

@@ -57,6 +57,7 @@ type Env struct {
 	httpSrv *httptest.Server
 	mgr     *runningManager
 	kcm     *localcluster.Process
+	kcmDir  string
 }
 
 // Logs is a concurrency-safe log sink.
@@ -254,6 +255,7 @@ func (e *Env) StartControllerManager() error {
 	if err != nil {
 		return errors.Wrap(err, "creating a directory for kube-controller-manager")
 	}
+	e.kcmDir = dir
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	if err := clientcmd.WriteToFile(*localcluster.KubeconfigFor(e.Config, "test"), kubeconfig); err != nil {
 		return errors.Wrap(err, "writing kube-controller-manager's kubeconfig")
@@ -277,6 +279,9 @@ func (e *Env) StopManager() error {
 func (e *Env) Stop() error {
 	_ = e.StopManager()
 	e.kcm.Kill()
+	if e.kcmDir != "" {
+		_ = os.RemoveAll(e.kcmDir) // it holds an administrator's kubeconfig
+	}
 	e.httpSrv.Close()
 	return e.env.Stop()
 }

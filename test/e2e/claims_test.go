@@ -60,21 +60,23 @@ func TestClaimsOfACluster(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t, a, "cluster")
 	newGlobalPool(t, a, "e2e-cluster-hnet-v4", "hnet-private", ipamv1alpha1.IPv4)
-	cluster := newCluster(t, a, ns, "work")
+	cluster := newCluster(t, a, ns, "work", false)
 
 	first := newClaim(t, a, ns, "work-cp-0", global, "e2e-cluster-hnet-v4", cluster)
 	firstAddr := boundAddress(t, a, first)
 	g.Expect(firstAddr.Labels).To(HaveKeyWithValue("cluster.x-k8s.io/cluster-name", "work"))
 
-	setPaused(t, a, cluster, true)
-	paused := newClaim(t, a, ns, "work-md-0", global, "e2e-cluster-hnet-v4", cluster)
+	// A Cluster paused from the start (pausing one just before creating a claim would
+	// race the manager's cache): its claim waits, with no request sent, until unpaused.
+	held := newCluster(t, a, ns, "held", true)
+	paused := newClaim(t, a, ns, "held-md-0", global, "e2e-cluster-hnet-v4", held)
 	newG(t).Consistently(func(g Gomega) {
 		c := &ipamv1.IPAddressClaim{}
 		g.Expect(a.Client.Get(ctx, client.ObjectKeyFromObject(paused), c)).To(Succeed())
 		g.Expect(c.Status.AddressRef.Name).To(BeEmpty())
 		g.Expect(c.Annotations).NotTo(HaveKey(ipamv1alpha1.RegistrationAnnotation), "a request was sent for a claim of a paused cluster")
 	}).Should(Succeed())
-	setPaused(t, a, cluster, false)
+	setPaused(t, a, held, false)
 	pausedAddr := boundAddress(t, a, paused)
 	g.Expect(pausedAddr.Spec.Address).NotTo(Equal(firstAddr.Spec.Address))
 
@@ -90,12 +92,13 @@ func TestClaimsOfACluster(t *testing.T) {
 		g.Expect(a.Client.Get(ctx, client.ObjectKeyFromObject(early), c)).To(Succeed())
 		g.Expect(c.Status.AddressRef.Name).To(BeEmpty())
 	}).Should(Succeed())
-	newCluster(t, a, ns, "later")
+	newCluster(t, a, ns, "later", false)
 	boundAddress(t, a, early)
 
-	// Deleting the Cluster: the garbage collector deletes its claims (owner references),
-	// and the provider releases their addresses.
+	// Deleting the Clusters: the garbage collector deletes their claims (owner
+	// references), and the provider releases their addresses.
 	deleteAndWait(t, a, cluster)
+	deleteAndWait(t, a, held)
 	for _, c := range []*ipamv1.IPAddressClaim{first, paused} {
 		newG(t).Eventually(func() bool {
 			return apierrors.IsNotFound(a.Client.Get(ctx, client.ObjectKeyFromObject(c), &ipamv1.IPAddressClaim{}))
@@ -144,15 +147,16 @@ func TestManagerRestartDuringBurst(t *testing.T) {
 		claims[i] = newClaim(t, a, ns, fmt.Sprintf("node-%02d", i), global, "e2e-burst-hnet-v4", nil)
 	}
 
-	// Kill it once some, not all, are bound.
-	newG(t).Eventually(func() int { return countBound(t, ns) }).WithPolling(20 * time.Millisecond).Should(BeNumerically(">=", 5))
+	// Kill it once some, not all, are bound, with registrations sent but not answered.
+	g.Eventually(func() int { bound, _ := countBound(t, ns); return bound }).WithPolling(20 * time.Millisecond).Should(BeNumerically(">=", 5))
 	aMgr.Kill()
-	bound := countBound(t, ns)
-	t.Logf("manager killed with %d of %d claims bound", bound, n)
+	bound, inFlight := countBound(t, ns)
+	t.Logf("manager killed with %d of %d claims bound, %d with a registration sent and no address", bound, n, inFlight)
 	g.Expect(bound).To(BeNumerically("<", n), "the burst ended before the kill; raise n or the latency")
-	var err error
-	aMgr, err = a.StartManager(ctx, nil)
+	g.Expect(inFlight).To(BeNumerically(">=", 1), "no registration was in flight at the kill")
+	restarted, err := a.StartManager(ctx, nil)
 	g.Expect(err).NotTo(HaveOccurred())
+	aMgr = restarted
 
 	seen := map[string]string{}
 	for _, c := range claims {
@@ -183,23 +187,27 @@ func TestManagerRestartDuringBurst(t *testing.T) {
 
 	// Deleting the namespace (namespace controller) releases every address.
 	g.Expect(a.Client.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
-	newG(t).Eventually(func() error {
-		return a.Client.Get(ctx, client.ObjectKey{Name: ns}, &corev1.Namespace{})
-	}).WithTimeout(3 * timeout).ShouldNot(Succeed())
+	g.Eventually(func() bool {
+		return apierrors.IsNotFound(a.Client.Get(ctx, client.ObjectKey{Name: ns}, &corev1.Namespace{}))
+	}).WithTimeout(3*timeout).Should(BeTrue(), "namespace %s is not gone", ns)
 	for addr := range seen {
 		g.Expect(activeHolders(t, addr)).To(BeEmpty(), "%s is still held after its namespace was deleted", addr)
 	}
 }
 
-func countBound(t *testing.T, ns string) int {
+// countBound counts the namespace's claims that are bound, and those with a
+// registration record (written before each request) but no address yet.
+func countBound(t *testing.T, ns string) (bound, pending int) {
 	t.Helper()
 	list := &ipamv1.IPAddressClaimList{}
 	newG(t).Expect(a.Client.List(context.Background(), list, client.InNamespace(ns))).To(Succeed())
-	n := 0
 	for _, c := range list.Items {
-		if c.Status.AddressRef.Name != "" {
-			n++
+		switch _, recorded := c.Annotations[ipamv1alpha1.RegistrationAnnotation]; {
+		case c.Status.AddressRef.Name != "":
+			bound++
+		case recorded:
+			pending++
 		}
 	}
-	return n
+	return bound, pending
 }

@@ -37,11 +37,13 @@ func newG(t *testing.T) *WithT {
 	return g
 }
 
-// newNamespace creates a namespace with a unique name on cp, deleted after the test.
+// newNamespace creates a namespace with a unique name on cp, deleted (with whatever
+// claims are left in it) after the test.
 func newNamespace(t *testing.T, cp *localcluster.ControlPlane, prefix string) string {
 	t.Helper()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix + "-"}}
 	newG(t).Expect(cp.Client.Create(context.Background(), ns)).To(Succeed())
+	t.Cleanup(func() { _ = cp.Client.Delete(context.Background(), ns) })
 	return ns.Name
 }
 
@@ -89,14 +91,17 @@ func newClaim(t *testing.T, cp *localcluster.ControlPlane, ns, name, kind, pool 
 	return claim
 }
 
-// newCluster creates a Cluster that looks provisioned (what clusterctl move checks); no
-// Cluster API controller runs here, so its status is written by hand.
-func newCluster(t *testing.T, cp *localcluster.ControlPlane, ns, name string) *clusterv1.Cluster {
+// newCluster creates a Cluster that looks provisioned (what clusterctl move checks),
+// paused or not; no Cluster API controller runs here, so its status is written by hand.
+func newCluster(t *testing.T, cp *localcluster.ControlPlane, ns, name string, paused bool) *clusterv1.Cluster {
 	t.Helper()
 	g := newG(t)
 	ctx := context.Background()
 	cluster := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec: clusterv1.ClusterSpec{ClusterNetwork: clusterv1.ClusterNetwork{Pods: clusterv1.NetworkRanges{CIDRBlocks: []string{"192.168.0.0/16"}}}}}
+	if paused {
+		cluster.Spec.Paused = ptr.To(true)
+	}
 	g.Expect(cp.Client.Create(ctx, cluster)).To(Succeed())
 	cluster.Status.Initialization.InfrastructureProvisioned = ptr.To(true)
 	cluster.Status.Initialization.ControlPlaneInitialized = ptr.To(true)

@@ -70,6 +70,7 @@ func TestInit(t *testing.T) {
 
 	dep := &appsv1.Deployment{}
 	g.Expect(c.Get(ctx, client.ObjectKey{Namespace: manager.ProviderNamespace, Name: localcluster.DeploymentName}, dep)).To(Succeed())
+	g.Expect(dep.Spec.Template.Spec.Containers).To(HaveLen(1))
 	ctr := dep.Spec.Template.Spec.Containers[0]
 	g.Expect(ctr.Image).To(Equal(paths.Image))
 	g.Expect(ctr.Args).To(ContainElements(

@@ -33,16 +33,32 @@ func TestQuickstart(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	cmd.Stderr = cmd.Stdout
 	g.Expect(cmd.Start()).To(Succeed())
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	exited := make(chan struct{})
+	t.Cleanup(func() { // if the test fails early: stop it as a user would, then for good
+		select {
+		case <-exited:
+			return
+		default:
+		}
+		_ = cmd.Process.Signal(syscall.SIGINT)
+		select {
+		case <-exited:
+		case <-time.After(time.Minute):
+			_ = cmd.Process.Kill()
+		}
+	})
 
 	// Read until it says it is ready (or ends).
 	lines := make(chan string, 1000)
+	done := make(chan error, 1)
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
 			lines <- sc.Text()
 		}
 		close(lines)
+		done <- cmd.Wait()
+		close(exited)
 	}()
 	var out strings.Builder
 	deadline := time.After(3 * time.Minute)
@@ -88,19 +104,18 @@ func TestQuickstart(t *testing.T) {
 
 	// Ctrl-C: it exits cleanly and nothing it started is left listening.
 	g.Expect(cmd.Process.Signal(syscall.SIGINT)).To(Succeed())
-	done := make(chan error, 1)
-	go func() {
-		for l := range lines {
-			out.WriteString(l + "\n")
+	stopped := time.After(time.Minute)
+	for open := true; open; {
+		select {
+		case l, ok := <-lines:
+			if open = ok; ok {
+				out.WriteString(l + "\n")
+			}
+		case <-stopped:
+			t.Fatalf("the quickstart did not stop within a minute of Ctrl-C:\n%s", out.String())
 		}
-		done <- cmd.Wait()
-	}()
-	select {
-	case err := <-done:
-		g.Expect(err).NotTo(HaveOccurred(), out.String())
-	case <-time.After(time.Minute):
-		t.Fatalf("the quickstart did not stop within a minute of Ctrl-C:\n%s", out.String())
 	}
+	g.Expect(<-done).To(Succeed(), out.String())
 	for _, u := range []string{server, sim[1]} {
 		parsed, err := url.Parse(u)
 		g.Expect(err).NotTo(HaveOccurred())

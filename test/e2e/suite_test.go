@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -46,6 +47,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	ctx := context.Background()
+	code := 1
 	defer func() {
 		if aMgr != nil {
 			aMgr.Stop()
@@ -56,26 +58,41 @@ func run(m *testing.M) int {
 		if ipamAPI != nil {
 			ipamAPI.Stop()
 		}
+		if code != 0 {
+			// What CI shows: the end of every manager's log. The files stay.
+			logs, _ := filepath.Glob(filepath.Join(workDir, "*", "manager.log"))
+			for _, f := range logs {
+				b, _ := os.ReadFile(f)
+				fmt.Fprintf(os.Stderr, "e2e: last lines of %s:\n%s\n", f, tail(string(b), 40))
+			}
+			fmt.Fprintf(os.Stderr, "e2e: logs kept in %s\n", workDir)
+			return
+		}
 		if os.Getenv("E2E_KEEP") == "" {
 			_ = os.RemoveAll(workDir)
 		}
 	}()
 	start := time.Now()
 	if err := setup(ctx); err != nil {
-		fmt.Fprintf(os.Stderr, "e2e: setting up: %v\n(logs in %s; E2E_KEEP=1 keeps them)\n", err, workDir)
-		return 1
+		fmt.Fprintf(os.Stderr, "e2e: setting up: %v\n", err)
+		return code
 	}
 	fmt.Printf("e2e: control plane, clusterctl init and manager ready in %s (logs in %s)\n", time.Since(start).Round(time.Millisecond), workDir)
-	code := m.Run()
+	code = m.Run()
 	// The manager ran as its ServiceAccount: a permission its RBAC lacks shows here.
 	if aMgr != nil && strings.Contains(aMgr.Logs(), "forbidden") {
 		fmt.Fprintf(os.Stderr, "e2e: the manager was refused a request by RBAC; see %s\n", aMgr.LogFile)
 		code = 1
 	}
-	if code != 0 {
-		fmt.Printf("e2e: logs in %s (E2E_KEEP=1 keeps them)\n", workDir)
-	}
 	return code
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }
 
 func setup(ctx context.Context) error {
