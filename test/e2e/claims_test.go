@@ -153,7 +153,7 @@ func TestManagerRestartDuringBurst(t *testing.T) {
 	g.Eventually(func() bool {
 		bound, inFlight = countBound(t, ns)
 		return bound >= 5 && inFlight >= 1
-	}).WithPolling(10 * time.Millisecond).Should(BeTrue(), "never saw a registration in flight")
+	}).WithPolling(10*time.Millisecond).Should(BeTrue(), "never saw a registration in flight")
 	aMgr.Kill()
 	restarted, err := a.StartManager(ctx, nil)
 	g.Expect(err).NotTo(HaveOccurred())
