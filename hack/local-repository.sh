@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds a clusterctl repository that works with no network but the Go module proxy:
 #
-#   <repo>/ipam-vitistack/<version>/      this provider's release (make release-manifests)
+#   <repo>/ipam-vitistack/<version>/      this provider's release (make release-manifests), with the
+#                                         workload flavour beside it (the e2e installs it too)
 #   <repo>/cluster-api/<capi>/            core Cluster API    } kustomize build from the
 #   <repo>/bootstrap-kubeadm/<capi>/      kubeadm bootstrap   } sigs.k8s.io/cluster-api
 #   <repo>/control-plane-kubeadm/<capi>/  kubeadm control pl. } module in the Go module cache
@@ -41,7 +42,7 @@ mkdir -p "$repo"
 
 # This provider, as released.
 mkdir -p "$repo/ipam-vitistack/$version"
-cp "$release/ipam-components.yaml" "$release/metadata.yaml" "$repo/ipam-vitistack/$version/"
+cp "$release/ipam-components.yaml" "$release/ipam-components-workload.yaml" "$release/metadata.yaml" "$repo/ipam-vitistack/$version/"
 
 # Core Cluster API and the kubeadm providers that clusterctl's first init installs.
 provider() { # <folder> <components file> <kustomize dir>
