@@ -37,6 +37,7 @@ func run(args []string) error {
 		managerOptions  flags.ManagerOptions
 		logOptions      = logs.NewOptions()
 		leaderElect     bool
+		leaderElectNS   string
 		leaseDuration   time.Duration
 		renewDeadline   time.Duration
 		retryPeriod     time.Duration
@@ -51,6 +52,7 @@ func run(args []string) error {
 	flags.AddManagerOptions(fs, &managerOptions)
 	logsv1.AddFlags(logOptions, fs)
 	fs.BoolVar(&leaderElect, "leader-elect", false, "Elect a leader so that only one replica reconciles at a time.")
+	fs.StringVar(&leaderElectNS, "leader-elect-namespace", "", "Namespace of the leader election Lease (default: the Pod's own; required out of cluster).")
 	fs.DurationVar(&leaseDuration, "leader-elect-lease-duration", 15*time.Second, "Leader election lease duration.")
 	fs.DurationVar(&renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "Leader election renew deadline.")
 	fs.DurationVar(&retryPeriod, "leader-elect-retry-period", 2*time.Second, "Leader election retry period.")
@@ -86,6 +88,7 @@ func run(args []string) error {
 		HealthProbeBindAddress:        healthAddr,
 		LeaderElection:                leaderElect,
 		LeaderElectionID:              "controller-leader-election-capi-ipam-vitistack",
+		LeaderElectionNamespace:       leaderElectNS,
 		LeaseDuration:                 &leaseDuration,
 		RenewDeadline:                 &renewDeadline,
 		RetryPeriod:                   &retryPeriod,

@@ -39,6 +39,7 @@ type ControlPlane struct {
 	kcm         *Process
 	apiLog      *os.File
 	webhookPort int
+	managers    int
 	certDir     string
 	caBundle    []byte
 }

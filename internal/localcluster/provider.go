@@ -129,9 +129,11 @@ type Manager struct {
 
 // StartManager runs the manager binary as the installed Deployment would run it: with
 // the Deployment's arguments (as clusterctl substituted its variables) and as its
-// ServiceAccount (impersonated), plus what running outside the cluster needs: no leader
-// election (it has no namespace of its own), webhooks and probes on 127.0.0.1. extra
-// arguments come last and win. Returns once the manager is ready (webhooks served).
+// ServiceAccount (impersonated), plus what running outside the cluster needs: the
+// leader election Lease in the provider's namespace (a Pod finds it from its own),
+// webhooks and probes on 127.0.0.1. extra arguments come last and win. Returns once the
+// manager is ready (webhooks served); it reconciles once it leads. Two may run at once,
+// as two replicas: the webhooks are routed to the last one started.
 func (c *ControlPlane) StartManager(ctx context.Context, also io.Writer, extra ...string) (*Manager, error) {
 	if err := c.RouteWebhooks(ctx); err != nil {
 		return nil, err
@@ -168,12 +170,18 @@ func (c *ControlPlane) StartManager(ctx context.Context, also io.Writer, extra .
 		return nil, err
 	}
 	args = append(args,
-		"--leader-elect=false",
+		"--leader-elect-namespace="+manager.ProviderNamespace,
 		"--webhook-host=127.0.0.1", fmt.Sprintf("--webhook-port=%d", c.webhookPort), "--webhook-cert-dir="+c.certDir,
 		"--health-addr="+hostPort(health),
 		"--diagnostics-address="+hostPort(metrics), "--insecure-diagnostics")
 	args = append(args, extra...)
-	proc, err := startProcess(c.Dir, "manager", also, []string{"KUBECONFIG=" + kubeconfig}, c.paths.Manager, args...)
+	// One log per process: manager.log, manager-2.log, ...
+	c.managers++
+	name := "manager"
+	if c.managers > 1 {
+		name = fmt.Sprintf("manager-%d", c.managers)
+	}
+	proc, err := startProcess(c.Dir, name, also, []string{"KUBECONFIG=" + kubeconfig}, c.paths.Manager, args...)
 	if err != nil {
 		return nil, err
 	}

@@ -60,7 +60,7 @@ func run(m *testing.M) int {
 		}
 		if code != 0 {
 			// What CI shows: the end of every manager's log. The files stay.
-			logs, _ := filepath.Glob(filepath.Join(workDir, "*", "manager.log"))
+			logs, _ := filepath.Glob(filepath.Join(workDir, "*", "manager*.log"))
 			for _, f := range logs {
 				b, _ := os.ReadFile(f)
 				fmt.Fprintf(os.Stderr, "e2e: last lines of %s:\n%s\n", f, tail(string(b), 40))
@@ -79,10 +79,13 @@ func run(m *testing.M) int {
 	}
 	fmt.Printf("e2e: control plane, clusterctl init and manager ready in %s (logs in %s)\n", time.Since(start).Round(time.Millisecond), workDir)
 	code = m.Run()
-	// The manager ran as its ServiceAccount: a permission its RBAC lacks shows here.
-	if aMgr != nil && strings.Contains(aMgr.Logs(), "forbidden") {
-		fmt.Fprintf(os.Stderr, "e2e: the manager was refused a request by RBAC; see %s\n", aMgr.LogFile)
-		code = 1
+	// The managers ran as their ServiceAccount: a permission its RBAC lacks shows here.
+	logs, _ := filepath.Glob(filepath.Join(a.Dir, "manager*.log"))
+	for _, f := range logs {
+		if b, _ := os.ReadFile(f); strings.Contains(string(b), "forbidden") {
+			fmt.Fprintf(os.Stderr, "e2e: a manager was refused a request by RBAC; see %s\n", f)
+			code = 1
+		}
 	}
 	return code
 }
