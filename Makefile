@@ -92,7 +92,7 @@ build: ## Build the manager and the IPAM-API stand-in into bin/ (static, as the 
 	go build -o $(BIN)/quickstart ./hack/quickstart
 
 .PHONY: docker-build
-docker-build: ## Build the image $(IMG) (needs a Docker engine; CI checks the binary it packages instead).
+docker-build: ## Build the image IMG (default ghcr.io/vitistack/cluster-api-ipam-provider-vitistack:VERSION; needs a Docker engine, which CI lacks: it checks the binary instead).
 	docker build --build-arg VERSION=$(VERSION) -t $(IMG) .
 
 ##@ Release
@@ -100,7 +100,7 @@ docker-build: ## Build the image $(IMG) (needs a Docker engine; CI checks the bi
 # The image is fixed, as in every Cluster API provider: users change it with clusterctl's
 # `images:` setting. A ${VARIABLE} image breaks `clusterctl generate provider --describe`.
 .PHONY: release-manifests
-release-manifests: $(KUSTOMIZE) ## Write out/ipam-vitistack/$(VERSION)/: ipam-components.yaml (clusterctl), ipam-components-workload.yaml (Services) and metadata.yaml.
+release-manifests: $(KUSTOMIZE) ## Write out/ipam-vitistack/VERSION/: ipam-components.yaml (clusterctl), ipam-components-workload.yaml (Services) and metadata.yaml.
 	mkdir -p $(RELEASE_DIR)
 	$(KUSTOMIZE) build config/default | sed 's|image: controller:latest|image: $(IMG)|' >$(RELEASE_DIR)/ipam-components.yaml
 	$(KUSTOMIZE) build config/workload | sed 's|image: controller:latest|image: $(IMG)|' >$(RELEASE_DIR)/ipam-components-workload.yaml
