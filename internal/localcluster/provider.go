@@ -49,10 +49,10 @@ func (c *ControlPlane) removeForeignWebhooks(ctx context.Context) error {
 	return nil
 }
 
-// RouteWebhooks points this provider's installed webhook configurations at
-// https://127.0.0.1:<a free port> with a CA of its own (as envtest does), and writes
-// the serving certificate the manager is started with. StartManager calls it.
-func (c *ControlPlane) RouteWebhooks(ctx context.Context) error {
+// serveWebhooksOnNewPort writes (once) the serving certificate and CA the manager's
+// webhook server uses, and picks a free port for the next manager: a new one each time,
+// since the last one may have been taken while no manager ran.
+func (c *ControlPlane) serveWebhooksOnNewPort() error {
 	if c.certDir == "" {
 		crt, key, err := certutil.GenerateSelfSignedCertKey("127.0.0.1", []net.IP{net.ParseIP("127.0.0.1")}, nil)
 		if err != nil {
@@ -69,12 +69,18 @@ func (c *ControlPlane) RouteWebhooks(ctx context.Context) error {
 		}
 		c.certDir, c.caBundle = certDir, crt
 	}
-	// A new port each time: the old one may have been taken while no manager ran.
 	port, err := freePort()
 	if err != nil {
 		return err
 	}
 	c.webhookPort = port
+	return nil
+}
+
+// RouteWebhooks points this provider's installed webhook configurations at the last
+// manager started (https://127.0.0.1:<its port>, with the CA it serves with), as envtest
+// does. StartManager calls it once that manager is ready.
+func (c *ControlPlane) RouteWebhooks(ctx context.Context) error {
 	ours := client.MatchingLabels{ProviderLabel: ProviderName}
 	route := func(cc *admissionv1.WebhookClientConfig) {
 		path := ""
@@ -135,7 +141,7 @@ type Manager struct {
 // manager is ready (webhooks served); it reconciles once it leads. Two may run at once,
 // as two replicas: the webhooks are routed to the last one started.
 func (c *ControlPlane) StartManager(ctx context.Context, also io.Writer, extra ...string) (*Manager, error) {
-	if err := c.RouteWebhooks(ctx); err != nil {
+	if err := c.serveWebhooksOnNewPort(); err != nil {
 		return nil, err
 	}
 	dep := &appsv1.Deployment{}
@@ -187,6 +193,10 @@ func (c *ControlPlane) StartManager(ctx context.Context, also io.Writer, extra .
 	}
 	readyz := httpURL(health) + "/readyz"
 	if err := waitFor(proc, time.Minute, "ready answer on "+readyz, func() error { return httpOK(ctx, readyz) }); err != nil {
+		proc.Kill()
+		return nil, err
+	}
+	if err := c.RouteWebhooks(ctx); err != nil {
 		proc.Kill()
 		return nil, err
 	}
