@@ -394,10 +394,11 @@ func TestOrphanedClaimsAreCollectedAndReleased(t *testing.T) {
 	g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: "service-validating-webhook-configuration"}, vwc)).To(Succeed())
 	g.Expect(env.Client.Delete(ctx, vwc)).To(Succeed())
 	// The API server drops the webhook a moment after its configuration is deleted.
+	orig := svc.DeepCopy()
 	g.Eventually(func() error {
-		before := svc.DeepCopy()
-		svc.Finalizers = nil
-		return env.Client.Patch(ctx, svc, client.MergeFrom(before))
+		unfinalized := orig.DeepCopy()
+		unfinalized.Finalizers = nil
+		return env.Client.Patch(ctx, unfinalized, client.MergeFrom(orig))
 	}, 10*time.Second, 100*time.Millisecond).Should(Succeed())
 	g.Expect(env.Client.Delete(ctx, svc)).To(Succeed())
 	vwc.ResourceVersion, vwc.UID = "", ""
