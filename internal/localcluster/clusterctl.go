@@ -1,7 +1,6 @@
 package localcluster
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"os"
@@ -9,7 +8,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 
 	"github.com/pkg/errors"
 )
@@ -48,7 +46,7 @@ func (c *ControlPlane) clusterctl(ctx context.Context, vars map[string]string, s
 		cmd.Env = append(cmd.Env, k+"="+vars[k])
 	}
 	// stdout and stderr are copied by two goroutines: both go through one lock.
-	var stdout, all lockedBuffer
+	var stdout, all LockedBuffer
 	cmd.Stdout, cmd.Stderr = io.MultiWriter(&stdout, &all), &all
 	if err := cmd.Run(); err != nil {
 		return all.String(), errors.Wrapf(err, "clusterctl %s:\n%s", strings.Join(args, " "), all.String())
@@ -74,21 +72,4 @@ func (c *ControlPlane) Init(ctx context.Context, vars map[string]string) (string
 	// The garbage collector looks for new resource types only every 30 s: restart it so
 	// that it follows owner references of the CRDs just installed at once.
 	return out, c.restartControllerManager()
-}
-
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -1,6 +1,7 @@
 package localcluster
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"net"
@@ -132,3 +133,23 @@ func waitFor(p *Process, timeout time.Duration, what string, check func() error)
 func hostPort(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
 
 func httpURL(port int) string { return fmt.Sprintf("http://%s", hostPort(port)) }
+
+// LockedBuffer is a bytes.Buffer that several goroutines may write to.
+type LockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+// Write implements io.Writer.
+func (b *LockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// String returns everything written so far.
+func (b *LockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

@@ -96,32 +96,33 @@ func (c *ControlPlane) RouteWebhooks(ctx context.Context) error {
 		cc.URL = ptr.To(fmt.Sprintf("https://%s%s", hostPort(c.webhookPort), path))
 		cc.CABundle = c.caBundle
 	}
-	vwcs := &admissionv1.ValidatingWebhookConfigurationList{}
-	if err := c.Client.List(ctx, vwcs, ours); err != nil {
-		return errors.Wrap(err, "listing the provider's webhook configurations")
+	// Validating and mutating configurations alike: every webhook's client config.
+	vwcs, mwcs := &admissionv1.ValidatingWebhookConfigurationList{}, &admissionv1.MutatingWebhookConfigurationList{}
+	var objs []client.Object
+	for _, list := range []client.ObjectList{vwcs, mwcs} {
+		if err := c.Client.List(ctx, list, ours); err != nil {
+			return errors.Wrap(err, "listing the provider's webhook configurations")
+		}
 	}
 	for i := range vwcs.Items {
 		for j := range vwcs.Items[i].Webhooks {
 			route(&vwcs.Items[i].Webhooks[j].ClientConfig)
 		}
-		if err := c.Client.Update(ctx, &vwcs.Items[i]); err != nil {
-			return errors.Wrapf(err, "routing %s to 127.0.0.1", vwcs.Items[i].Name)
-		}
-	}
-	mwcs := &admissionv1.MutatingWebhookConfigurationList{}
-	if err := c.Client.List(ctx, mwcs, ours); err != nil {
-		return errors.Wrap(err, "listing the provider's webhook configurations")
+		objs = append(objs, &vwcs.Items[i])
 	}
 	for i := range mwcs.Items {
 		for j := range mwcs.Items[i].Webhooks {
 			route(&mwcs.Items[i].Webhooks[j].ClientConfig)
 		}
-		if err := c.Client.Update(ctx, &mwcs.Items[i]); err != nil {
-			return errors.Wrapf(err, "routing %s to 127.0.0.1", mwcs.Items[i].Name)
-		}
+		objs = append(objs, &mwcs.Items[i])
 	}
-	if len(vwcs.Items)+len(mwcs.Items) == 0 {
+	if len(objs) == 0 {
 		return errors.New("no webhook configuration of the provider is installed")
+	}
+	for _, o := range objs {
+		if err := c.Client.Update(ctx, o); err != nil {
+			return errors.Wrapf(err, "routing %s to 127.0.0.1", o.GetName())
+		}
 	}
 	return nil
 }
@@ -207,22 +208,12 @@ func (c *ControlPlane) StartManager(ctx context.Context, also io.Writer, extra .
 var httpClient = &http.Client{Timeout: 10 * time.Second}
 
 func httpOK(ctx context.Context, url string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := httpClient.Do(req)
-	if err != nil {
-		return err
-	}
-	_ = resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return errors.Errorf("%s: %s", url, resp.Status)
-	}
-	return nil
+	_, err := Get(ctx, url)
+	return err
 }
 
-// Get fetches url (a manager's metrics, say) and returns the body.
+// Get fetches url (a manager's metrics, say) and returns the body; an answer other
+// than 200 OK is an error.
 func Get(ctx context.Context, url string) (string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
@@ -234,5 +225,8 @@ func Get(ctx context.Context, url string) (string, error) {
 	}
 	defer resp.Body.Close() //nolint:errcheck // read-only
 	b, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = errors.Errorf("GET %s: %s", url, resp.Status)
+	}
 	return string(b), err
 }

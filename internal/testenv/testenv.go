@@ -1,7 +1,6 @@
 package testenv
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -9,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -60,32 +58,16 @@ type Env struct {
 	kcmDir  string
 }
 
-// Logs is a concurrency-safe log sink.
+// Logs is a concurrency-safe log sink: String returns everything logged so far, and
+// Write takes a process's output.
 type Logs struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-// String returns everything logged so far.
-func (l *Logs) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
-// Write implements io.Writer, for a process's output.
-func (l *Logs) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
+	localcluster.LockedBuffer
 }
 
 // writer is an io.Writer into the log, for processes' output, with a prefix.
 func (l *Logs) writer(prefix string) io.Writer {
 	return writerFunc(func(p []byte) (int, error) {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		fmt.Fprintf(&l.buf, "%s: %s", prefix, p)
+		_, _ = fmt.Fprintf(l, "%s: %s", prefix, p)
 		return len(p), nil
 	})
 }
@@ -97,9 +79,7 @@ func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 func (l *Logs) logger() logr.Logger {
 	verbose := os.Getenv("TESTENV_VERBOSE") != ""
 	return funcr.New(func(prefix, args string) {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		fmt.Fprintf(&l.buf, "%s %s\n", prefix, args)
+		_, _ = fmt.Fprintf(l, "%s %s\n", prefix, args)
 		if verbose {
 			fmt.Fprintf(os.Stderr, "%s %s\n", prefix, args)
 		}

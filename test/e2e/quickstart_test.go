@@ -22,12 +22,8 @@ import (
 // process it started.
 func TestQuickstart(t *testing.T) {
 	g := newG(t)
-	bin := os.Getenv("E2E_QUICKSTART")
-	if bin == "" {
-		t.Skip("E2E_QUICKSTART is not set: run through 'make test'")
-	}
 	dir := filepath.Join(workDir, "quickstart")
-	cmd := exec.Command(bin, "--dir", dir, "--templates", filepath.Join("..", "..", "templates"))
+	cmd := exec.Command(paths.Quickstart, "--dir", dir, "--templates", filepath.Join("..", "..", "templates"))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // Ctrl-C reaches it alone, as from a terminal
 	stdout, err := cmd.StdoutPipe()
 	g.Expect(err).NotTo(HaveOccurred())
