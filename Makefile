@@ -10,25 +10,39 @@ export GOBIN := $(BIN)
 export PATH := $(BIN):$(PATH)
 export GOFLAGS ?= -buildvcs=false
 
-VERSION ?= v0.1.0
+VERSION ?= v0.2.0
 IMG ?= ghcr.io/vitistack/cluster-api-ipam-provider-vitistack:$(VERSION)
 
-# Control-plane versions for the tests; built from the Go module proxy (see hack/tools).
-KUBE_VERSION := v1.33.4
-ETCD_VERSION := v3.5.21
-KUBE_LDFLAGS := $(foreach p,k8s.io/component-base/version k8s.io/client-go/pkg/version,-X $(p).gitVersion=$(KUBE_VERSION) -X $(p).gitMajor=1 -X $(p).gitMinor=33)
+# Control-plane versions for the tests, built from the Go module proxy: one tool module
+# per version under hack/tools/kube/<version> and hack/tools/etcd/<version>. The suites
+# run on KUBE_VERSION (default: the newest); `make test-kube KUBE_VERSION=$(KUBE_VERSION_OLDEST)`
+# runs the control-plane suites on the oldest. Each Kubernetes version runs with the etcd
+# it ships with.
+KUBE_VERSION_NEWEST := v1.37.2
+KUBE_VERSION_OLDEST := v1.33.4
+KUBE_VERSION ?= $(KUBE_VERSION_NEWEST)
+ETCD_VERSION_v1.37.2 := v3.7.3
+ETCD_VERSION_v1.33.4 := v3.5.21
+ETCD_VERSION := $(ETCD_VERSION_$(KUBE_VERSION))
+ifeq ($(ETCD_VERSION),)
+$(error KUBE_VERSION=$(KUBE_VERSION) is not one of the tested versions: $(KUBE_VERSION_NEWEST) $(KUBE_VERSION_OLDEST) (see hack/tools/kube))
+endif
+KUBE_MINOR := $(word 2,$(subst ., ,$(KUBE_VERSION)))
+KUBE_LDFLAGS := $(foreach p,k8s.io/component-base/version k8s.io/client-go/pkg/version,-X $(p).gitVersion=$(KUBE_VERSION) -X $(p).gitMajor=1 -X $(p).gitMinor=$(KUBE_MINOR))
 
 # Tools, each pinned by its own module under hack/tools (go.mod + go.sum committed).
 CONTROLLER_GEN := $(BIN)/controller-gen
 GOLANGCI_LINT := $(BIN)/golangci-lint
 KUSTOMIZE := $(BIN)/kustomize
 CLUSTERCTL := $(BIN)/clusterctl
-KUBE_APISERVER := $(BIN)/kube-apiserver
-KUBE_CONTROLLER_MANAGER := $(BIN)/kube-controller-manager
-ETCD := $(BIN)/etcd
+# kube-apiserver, kube-controller-manager and etcd of one version, side by side.
+KUBE_ASSETS := $(BIN)/k8s/$(KUBE_VERSION)
+KUBE_APISERVER := $(KUBE_ASSETS)/kube-apiserver
+KUBE_CONTROLLER_MANAGER := $(KUBE_ASSETS)/kube-controller-manager
+ETCD := $(KUBE_ASSETS)/etcd
 
 TEST_ASSETS := $(KUBE_APISERVER) $(ETCD) $(KUBE_CONTROLLER_MANAGER)
-export KUBEBUILDER_ASSETS := $(BIN)
+export KUBEBUILDER_ASSETS := $(KUBE_ASSETS)
 
 # Release artifacts (make release-manifests) and the offline clusterctl repository that
 # the quickstart and the end-to-end tests install from (make local-repository).
@@ -73,6 +87,10 @@ verify-gen: generate manifests ## Fail if generated files are stale.
 		echo "Generated files are stale; run 'make generate manifests' and commit:"; \
 		git status --porcelain -- api config; git --no-pager diff -- api config | head -50; exit 1; fi
 
+.PHONY: verify-tidy
+verify-tidy: ## Fail if go.mod or go.sum are not tidy.
+	@go mod tidy -diff || { echo "go.mod/go.sum are not tidy: run 'go mod tidy' and commit"; exit 1; }
+
 .PHONY: fmt
 fmt: ## Run go fmt.
 	go fmt ./...
@@ -115,11 +133,27 @@ local-repository: release-manifests $(KUSTOMIZE) ## Write out/repository/: an of
 # The e2e suite runs on its own after the others: its processes and waits should not
 # compete for the 2 cores with the envtest suites.
 GO_PACKAGES_BUT_E2E = $$(go list ./... | grep -v /test/e2e)
+# The packages whose tests start a control plane (envtest or test/e2e's processes): the
+# ones that differ from one Kubernetes version to the next.
+CONTROL_PLANE_PACKAGES_BUT_E2E = $$(go list -test -f '{{if .ForTest}}{{.ForTest}} {{join .Deps " "}}{{end}}' ./... | \
+	awk '/sigs.k8s.io\/controller-runtime\/pkg\/envtest( |$$)|internal\/localcluster( |$$)/ {print $$1}' | sort -u | grep -v /test/e2e)
 
 .PHONY: test
-test: verify-gen vet lint test-assets e2e-assets ## Everything CI runs: generated files, vet, lint, then all tests (unit, envtest, e2e) on a real control plane.
+test: verify-gen verify-tidy vet lint test-assets e2e-assets ## Everything on Kubernetes KUBE_VERSION (default the newest): generated files, go.mod tidy, vet, lint, then all tests (unit, envtest, e2e).
+	@echo "Testing on Kubernetes $(KUBE_VERSION) (etcd $(ETCD_VERSION))"
 	go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) $(GO_PACKAGES_BUT_E2E)
 	go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) ./test/e2e/
+
+.PHONY: test-kube
+test-kube: test-assets e2e-assets ## Only the suites that run a control plane (envtest, templates, e2e), on KUBE_VERSION: make test-kube KUBE_VERSION=v1.33.4.
+	@echo "Testing on Kubernetes $(KUBE_VERSION) (etcd $(ETCD_VERSION))"
+	go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) $(CONTROL_PLANE_PACKAGES_BUT_E2E)
+	go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) ./test/e2e/
+
+.PHONY: ci
+ci: ## What CI runs (.ci/run): make test on the newest Kubernetes, then make test-kube on the oldest.
+	$(MAKE) test KUBE_VERSION=$(KUBE_VERSION_NEWEST)
+	$(MAKE) test-kube KUBE_VERSION=$(KUBE_VERSION_OLDEST)
 
 .PHONY: test-unit
 test-unit: test-assets e2e-assets ## Only the Go tests (no generation or lint checks).
@@ -150,14 +184,14 @@ $(KUSTOMIZE): hack/tools/kustomize/go.mod
 $(CLUSTERCTL): hack/tools/clusterctl/go.mod
 	cd hack/tools/clusterctl && go build -o $@ sigs.k8s.io/cluster-api/cmd/clusterctl
 
-$(ETCD): hack/tools/etcd/go.mod
-	cd hack/tools/etcd && CGO_ENABLED=0 go build -o $@ go.etcd.io/etcd/server/v3
+$(ETCD): hack/tools/etcd/$(ETCD_VERSION)/go.mod
+	cd hack/tools/etcd/$(ETCD_VERSION) && CGO_ENABLED=0 go build -o $@ go.etcd.io/etcd/server/v3
 
-$(KUBE_APISERVER): hack/tools/kube/go.mod
-	cd hack/tools/kube && CGO_ENABLED=0 go build -ldflags "$(KUBE_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/kube-apiserver
+$(KUBE_APISERVER): hack/tools/kube/$(KUBE_VERSION)/go.mod
+	cd hack/tools/kube/$(KUBE_VERSION) && CGO_ENABLED=0 go build -ldflags "$(KUBE_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/kube-apiserver
 
-$(KUBE_CONTROLLER_MANAGER): hack/tools/kube/go.mod
-	cd hack/tools/kube && CGO_ENABLED=0 go build -ldflags "$(KUBE_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/kube-controller-manager
+$(KUBE_CONTROLLER_MANAGER): hack/tools/kube/$(KUBE_VERSION)/go.mod
+	cd hack/tools/kube/$(KUBE_VERSION) && CGO_ENABLED=0 go build -ldflags "$(KUBE_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/kube-controller-manager
 
 .PHONY: tools
 tools: $(CONTROLLER_GEN) $(GOLANGCI_LINT) $(KUSTOMIZE) $(CLUSTERCTL) test-assets ## Build every tool into bin/.
@@ -178,10 +212,8 @@ run-sim: ## Run the IPAM-API stand-in on 127.0.0.1:3000 (state in out/ipam-api-s
 	go run ./cmd/ipam-api-sim --listen 127.0.0.1:3000 --state-file out/ipam-api-sim.json --debug-listen 127.0.0.1:3001
 
 .PHONY: install-crds
-install-crds: ## Apply the CAPI IPAM CRDs and this provider's CRDs to the current KUBECONFIG.
-	kubectl apply -f $$(go list -m -f '{{.Dir}}' sigs.k8s.io/cluster-api)/config/crd/bases/ipam.cluster.x-k8s.io_ipaddressclaims.yaml \
-		-f $$(go list -m -f '{{.Dir}}' sigs.k8s.io/cluster-api)/config/crd/bases/ipam.cluster.x-k8s.io_ipaddresses.yaml \
-		-f $$(go list -m -f '{{.Dir}}' sigs.k8s.io/cluster-api)/config/crd/bases/cluster.x-k8s.io_clusters.yaml
+install-crds: ## Apply the CAPI IPAM and Cluster CRDs (v1beta2 only, as the workload flavour ships them) and this provider's CRDs to the current KUBECONFIG.
+	kubectl apply -f config/services/capi-crds
 	kubectl apply -k config/crd
 
 .PHONY: run

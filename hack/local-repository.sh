@@ -34,7 +34,7 @@ capi=$(module "$root" sigs.k8s.io/cluster-api Dir)
 CAPI_VERSION=$(module "$root" sigs.k8s.io/cluster-api Version)
 cm=$(module "$root/hack/tools/cert-manager" github.com/cert-manager/cert-manager Dir)
 CERT_MANAGER_VERSION=$(module "$root/hack/tools/cert-manager" github.com/cert-manager/cert-manager Version)
-[ -d "$capi/config/default" ] || { echo "Cluster API not found in the module cache" >&2; exit 1; }
+[ -d "$capi/core/config/default" ] || { echo "Cluster API not found in the module cache" >&2; exit 1; }
 [ -d "$cm/deploy/crds" ] || { echo "cert-manager not found in the module cache" >&2; exit 1; }
 
 rm -rf "$repo"
@@ -50,21 +50,21 @@ provider() { # <folder> <components file> <kustomize dir>
 	"$kustomize" build "$capi/$3" >"$repo/$1/$CAPI_VERSION/$2"
 	install -m 0644 "$capi/metadata.yaml" "$repo/$1/$CAPI_VERSION/metadata.yaml"
 }
-provider cluster-api core-components.yaml config/default
+provider cluster-api core-components.yaml core/config/default
 provider bootstrap-kubeadm bootstrap-components.yaml bootstrap/kubeadm/config/default
 provider control-plane-kubeadm control-plane-components.yaml controlplane/kubeadm/config/default
 
-# cert-manager: only its CRDs, without the Helm template labels. clusterctl's check
+# cert-manager: only its CRDs (deploy/crds holds them as plain YAML). clusterctl's check
 # creates an Issuer and a Certificate, which needs nothing more.
 mkdir -p "$repo/cert-manager/$CERT_MANAGER_VERSION"
 certmanager=$repo/cert-manager/$CERT_MANAGER_VERSION/cert-manager.yaml
-for f in "$cm"/deploy/crds/crd-*.yaml; do
+for f in "$cm"/deploy/crds/*.yaml; do
 	echo "---"
-	sed -E -e '/^  labels:$/,/# Generated labels/d' -e '/^[[:space:]]*# (START|END) /d' "$f"
+	sed -e '/^---$/d' "$f"
 done >"$certmanager"
 crds=$(grep -c '^kind: CustomResourceDefinition$' "$certmanager")
-if [ "$crds" -ne 6 ] || grep -q '{{ *template\|\.Release\.' "$certmanager"; then
-	echo "cert-manager's CRDs did not come out as expected ($crds CRDs, Helm templating left?): $certmanager" >&2
+if [ "$crds" -ne 6 ] || grep -q '{{' "$certmanager"; then
+	echo "cert-manager's CRDs did not come out as expected ($crds CRDs, templating left?): $certmanager" >&2
 	exit 1
 fi
 

@@ -319,5 +319,5 @@ func (p *GlobalVitistackIPPool) GetConditions() []metav1.Condition { return p.St
 func (p *GlobalVitistackIPPool) SetConditions(c []metav1.Condition) { p.Status.Conditions = c }
 
 func init() {
-	SchemeBuilder.Register(&VitistackIPPool{}, &VitistackIPPoolList{}, &GlobalVitistackIPPool{}, &GlobalVitistackIPPoolList{})
+	objectTypes = append(objectTypes, &VitistackIPPool{}, &VitistackIPPoolList{}, &GlobalVitistackIPPool{}, &GlobalVitistackIPPoolList{})
 }

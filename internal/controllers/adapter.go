@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	"sigs.k8s.io/cluster-api/util/annotations"
@@ -45,15 +45,23 @@ import (
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=create;patch;update
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
-// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// The actions of the events the controllers record (events.k8s.io/v1 wants one): what
+// the controller was doing when it happened.
+const (
+	actionAllocate = "Allocate"
+	actionRotate   = "RotateSecret"
+	actionRelease  = "Release"
+	actionProbe    = "ProbeZone"
+)
 
 // ProviderAdapter plugs the Vitistack pools into ipamutil.ClaimReconciler.
 type ProviderAdapter struct {
 	// Client is the manager's (cached) client.
 	Client client.Client
 	// Recorder emits events on claims.
-	Recorder record.EventRecorder
+	Recorder events.EventRecorder
 	// Secrets reads secrets and CA bundles and creates the default secret.
 	Secrets *Secrets
 	// Clients gives the IPAM-API client of an endpoint.
@@ -182,6 +190,10 @@ func (a *ProviderAdapter) quarantine() time.Duration {
 
 var _ ipamutil.ProviderAdapter = &ProviderAdapter{}
 
+// reconciliationTimeout bounds one reconcile of a claim, as Cluster API's builder
+// bounds the pool and Service reconciles.
+const reconciliationTimeout = time.Minute
+
 var poolKinds = []string{ipamv1alpha1.VitistackIPPoolKind, ipamv1alpha1.GlobalVitistackIPPoolKind}
 
 // SetupWithManager implements ipamutil.ProviderAdapter: it adds this provider's
@@ -209,6 +221,9 @@ func (a *ProviderAdapter) SetupWithManager(_ context.Context, b *ctrl.Builder) e
 			MaxConcurrentReconciles: workers,
 			// Back off up to 5 minutes, so waiting claims never hammer the IPAM-API.
 			RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](250*time.Millisecond, 5*time.Minute),
+			// A backstop for a reconcile that hangs: every IPAM-API call has its own,
+			// shorter deadline, and a reconcile cut anywhere is finished by the next one.
+			ReconciliationTimeout: reconciliationTimeout,
 		}).
 		Owns(&ipamv1.IPAddress{}, builder.WithPredicates(predicate.Or(addressKinds...))).
 		WatchesRawSource(source.Channel(a.wake, &handler.EnqueueRequestForObject{})).

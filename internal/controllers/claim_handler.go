@@ -179,7 +179,7 @@ func (h *ClaimHandler) bound(ctx context.Context, address *ipamv1.IPAddress) err
 	}
 	h.forgetPicks()
 	if !meta.IsStatusConditionTrue(h.claim.Status.Conditions, ipamv1.IPAddressClaimReadyCondition) {
-		h.Recorder.Eventf(h.claim, corev1.EventTypeNormal, ipamv1alpha1.ClaimReadyAllocatedReason,
+		h.Recorder.Eventf(h.claim, nil, corev1.EventTypeNormal, ipamv1alpha1.ClaimReadyAllocatedReason, actionAllocate,
 			"Allocated %s from zone %s (%s)", address.Spec.Address, address.Labels[ipamv1alpha1.ZoneLabel], address.Labels[ipamv1alpha1.IPFamilyLabel])
 	}
 	h.setReady(metav1.ConditionTrue, ipamv1alpha1.ClaimReadyAllocatedReason, fmt.Sprintf("Allocated %s", address.Spec.Address))
@@ -235,7 +235,7 @@ func (h *ClaimHandler) refresh(ctx context.Context, address *ipamv1.IPAddress, r
 			Type: ipamv1alpha1.ClaimSecretRotatedCondition, Status: metav1.ConditionTrue, Reason: ipamv1alpha1.ClaimSecretRotatedReason,
 			Message: fmt.Sprintf("%s is owned by the secret %s", rec.Address, rec.Secret), ObservedGeneration: h.claim.Generation,
 		})
-		h.Recorder.Eventf(h.claim, corev1.EventTypeNormal, "SecretRotated", "%s is now owned by the secret %s (was %s)", rec.Address, rec.Secret, old)
+		h.Recorder.Eventf(h.claim, nil, corev1.EventTypeNormal, "SecretRotated", actionRotate, "%s is now owned by the secret %s (was %s)", rec.Address, rec.Secret, old)
 	}
 	rec.writeTo(address.Labels, address.Annotations) // patched onto the IPAddress by ipamutil
 	if rotate {
@@ -250,7 +250,7 @@ func (h *ClaimHandler) failRotation(msg string) error {
 		Type: ipamv1alpha1.ClaimSecretRotatedCondition, Status: metav1.ConditionFalse, Reason: ipamv1alpha1.ClaimSecretRotationRefusedReason,
 		Message: msg, ObservedGeneration: h.claim.Generation,
 	})
-	h.Recorder.Event(h.claim, corev1.EventTypeWarning, ipamv1alpha1.ClaimSecretRotationRefusedReason, msg)
+	h.Recorder.Eventf(h.claim, nil, corev1.EventTypeWarning, ipamv1alpha1.ClaimSecretRotationRefusedReason, actionRotate, "%s", msg)
 	return nil
 }
 
@@ -319,7 +319,7 @@ func (h *ClaimHandler) released(ctx context.Context, reg *registration, how stri
 	h.unreserve(reg.key(), h.claim.UID)
 	h.forgetPicks()
 	ctrl.LoggerFrom(ctx).V(2).Info("Released address in the IPAM-API", "address", reg.Address, "how", how)
-	h.Recorder.Eventf(h.claim, corev1.EventTypeNormal, "Released", "Released %s in zone %s (%s)", reg.Address, reg.Zone, how)
+	h.Recorder.Eventf(h.claim, nil, corev1.EventTypeNormal, "Released", actionRelease, "Released %s in zone %s (%s)", reg.Address, reg.Zone, how)
 
 	return h.unprotectUnused(ctx, reg.Secret)
 }
@@ -644,7 +644,7 @@ func (h *ClaimHandler) fail(reason, msg, eventReason string, err error) error {
 	if eventReason == "" {
 		eventReason = reason
 	}
-	h.Recorder.Event(h.claim, corev1.EventTypeWarning, eventReason, msg)
+	h.Recorder.Eventf(h.claim, nil, corev1.EventTypeWarning, eventReason, actionAllocate, "%s", msg)
 	if err == nil {
 		err = errors.New(msg)
 	}
@@ -659,7 +659,7 @@ func (h *ClaimHandler) releaseFailed(err error) error {
 			"removing the claim's %s finalizer instead abandons the address in the IPAM-API", nf.Error(), "ipam.cluster.x-k8s.io/ReleaseAddress")
 	}
 	h.setReady(metav1.ConditionFalse, ipamv1alpha1.ClaimReadyReleaseFailedReason, msg)
-	h.Recorder.Event(h.claim, corev1.EventTypeWarning, ipamv1alpha1.ClaimReadyReleaseFailedReason, msg)
+	h.Recorder.Eventf(h.claim, nil, corev1.EventTypeWarning, ipamv1alpha1.ClaimReadyReleaseFailedReason, actionRelease, "%s", msg)
 	return err
 }
 

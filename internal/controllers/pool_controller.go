@@ -13,13 +13,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	"sigs.k8s.io/cluster-api/util/annotations"
+	capicontroller "sigs.k8s.io/cluster-api/util/controller"
 	"sigs.k8s.io/cluster-api/util/predicates"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -42,7 +42,7 @@ type PoolReconciler struct {
 	// Kind is VitistackIPPool or GlobalVitistackIPPool.
 	Kind string
 	// Recorder emits events on pools.
-	Recorder record.EventRecorder
+	Recorder events.EventRecorder
 
 	mu         sync.Mutex
 	lastProbed map[types.NamespacedName]probe
@@ -65,19 +65,21 @@ func (r *PoolReconciler) newPool() ipamv1alpha1.Pool {
 // SetupWithManager registers the reconciler for its kind.
 func (r *PoolReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	r.lastProbed = map[types.NamespacedName]probe{}
-	return ctrl.NewControllerManagedBy(mgr).
+	// Cluster API's builder: capi_reconcile_* metrics, and at most one reconcile of a pool
+	// per second, which coalesces the status patches of a burst of claims.
+	return capicontroller.NewControllerManagedBy(mgr, ctrl.LoggerFrom(ctx)).
 		Named(r.Kind).
 		For(r.newPool()).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 2}).
 		WithEventFilter(predicates.ResourceNotPausedAndHasFilterLabel(mgr.GetScheme(), ctrl.LoggerFrom(ctx), r.Adapter.Config.WatchFilterValue)).
 		Watches(&ipamv1.IPAddress{}, handler.EnqueueRequestsFromMapFunc(r.addressToPool),
-			builder.WithPredicates(predicate.Funcs{
+			predicate.Funcs{
 				CreateFunc:  func(event.CreateEvent) bool { return true },
 				DeleteFunc:  func(event.DeleteEvent) bool { return true },
 				UpdateFunc:  func(event.UpdateEvent) bool { return false },
 				GenericFunc: func(event.GenericEvent) bool { return false },
-			})).
-		Complete(r)
+			}).
+		Complete(ctx, r)
 }
 
 func (r *PoolReconciler) addressToPool(_ context.Context, o client.Object) []reconcile.Request {
@@ -224,7 +226,7 @@ func (r *PoolReconciler) setReady(pool ipamv1alpha1.Pool, status metav1.Conditio
 	st := pool.PoolStatus()
 	old := meta.FindStatusCondition(st.Conditions, ipamv1alpha1.PoolReadyCondition)
 	if status == metav1.ConditionFalse && (old == nil || old.Reason != reason) && r.Recorder != nil {
-		r.Recorder.Event(pool, corev1.EventTypeWarning, reason, msg)
+		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, reason, actionProbe, "%s", msg)
 	}
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{
 		Type: ipamv1alpha1.PoolReadyCondition, Status: status, Reason: reason, Message: msg,

@@ -16,9 +16,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
+	capicontroller "sigs.k8s.io/cluster-api/util/controller"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -45,7 +46,7 @@ type ServiceReconciler struct {
 	// Adapter gives the manager's client and configuration.
 	Adapter *ProviderAdapter
 	// Recorder emits events on Services.
-	Recorder record.EventRecorder
+	Recorder events.EventRecorder
 	// LoadBalancerClass selects the Services served: empty means those without a class.
 	LoadBalancerClass string
 	// ExcludedNamespaces are never served.
@@ -55,8 +56,10 @@ type ServiceReconciler struct {
 }
 
 // SetupWithManager registers the controller.
-func (r *ServiceReconciler) SetupWithManager(_ context.Context, mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).
+func (r *ServiceReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+	// Cluster API's builder: capi_reconcile_* metrics, and at most one reconcile of a
+	// Service per second, so a burst of claim updates becomes one Service patch.
+	return capicontroller.NewControllerManagedBy(mgr, ctrl.LoggerFrom(ctx)).
 		Named("service").
 		For(&corev1.Service{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
 			svc, ok := o.(*corev1.Service)
@@ -64,13 +67,13 @@ func (r *ServiceReconciler) SetupWithManager(_ context.Context, mgr ctrl.Manager
 		}))).
 		Owns(&ipamv1.IPAddressClaim{}).
 		Watches(&ipamv1alpha1.GlobalVitistackIPPool{}, handler.EnqueueRequestsFromMapFunc(r.servicesWithoutAddresses),
-			builder.WithPredicates(predicate.Funcs{
+			predicate.Funcs{
 				CreateFunc:  func(event.CreateEvent) bool { return true },
 				UpdateFunc:  func(e event.UpdateEvent) bool { return e.ObjectOld.GetGeneration() != e.ObjectNew.GetGeneration() },
 				DeleteFunc:  func(event.DeleteEvent) bool { return false },
 				GenericFunc: func(event.GenericEvent) bool { return false },
-			})).
-		Complete(r)
+			}).
+		Complete(ctx, r)
 }
 
 // servicesWithoutAddresses re-queues the served Services that lack an address, when a
@@ -114,7 +117,7 @@ func (r *ServiceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	}
 	spec, errs := lbservice.Parse(svc, r.DefaultZone)
 	if len(errs) > 0 {
-		r.Recorder.Event(svc, corev1.EventTypeWarning, ipamv1alpha1.ClaimReadyInvalidAnnotationReason, errs.ToAggregate().Error())
+		r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, ipamv1alpha1.ClaimReadyInvalidAnnotationReason, actionAllocate, "%s", errs.ToAggregate().Error())
 		return ctrl.Result{}, nil // a change of the Service brings it back
 	}
 	if !equalMeta(before, svc) {
@@ -281,7 +284,7 @@ func (r *ServiceReconciler) poolFor(ctx context.Context, svc *corev1.Service, sp
 			msg = fmt.Sprintf("none of the pools in %s (%s) serves zone %s and family %s", ipamv1alpha1.PoolAnnotation,
 				strings.Join(spec.Pools, ", "), spec.Zone, fam)
 		}
-		r.Recorder.Event(svc, corev1.EventTypeWarning, "NoPool", msg)
+		r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, "NoPool", actionAllocate, "%s", msg)
 		return "", nil
 	}
 	return names[0], nil
@@ -398,7 +401,7 @@ func (r *ServiceReconciler) publish(ctx context.Context, svc *corev1.Service, sp
 		return errors.Wrap(err, "writing the addresses to the Service")
 	}
 	if len(ips) > 0 && before.Annotations[lbservice.MetalLBLoadBalancerIPsAnnotation] != svc.Annotations[lbservice.MetalLBLoadBalancerIPsAnnotation] {
-		r.Recorder.Eventf(svc, corev1.EventTypeNormal, ipamv1alpha1.ClaimReadyAllocatedReason, "Addresses %s handed to MetalLB", strings.Join(ips, ","))
+		r.Recorder.Eventf(svc, nil, corev1.EventTypeNormal, ipamv1alpha1.ClaimReadyAllocatedReason, actionAllocate, "Addresses %s handed to MetalLB", strings.Join(ips, ","))
 	}
 	return nil
 }
@@ -484,7 +487,7 @@ func (r *ServiceReconciler) deleteClaims(ctx context.Context, claims []ipamv1.IP
 func (r *ServiceReconciler) reportClaim(svc *corev1.Service, claim *ipamv1.IPAddressClaim) {
 	c := meta.FindStatusCondition(claim.Status.Conditions, ipamv1.IPAddressClaimReadyCondition)
 	if c != nil && c.Status == metav1.ConditionFalse {
-		r.Recorder.Eventf(svc, corev1.EventTypeWarning, c.Reason, "IPAddressClaim %s: %s", claim.Name, c.Message)
+		r.Recorder.Eventf(svc, claim, corev1.EventTypeWarning, c.Reason, actionAllocate, "IPAddressClaim %s: %s", claim.Name, c.Message)
 	}
 }
 
@@ -492,7 +495,7 @@ func (r *ServiceReconciler) reportClaim(svc *corev1.Service, claim *ipamv1.IPAdd
 func (r *ServiceReconciler) reportRotation(svc *corev1.Service, claim *ipamv1.IPAddressClaim) {
 	c := meta.FindStatusCondition(claim.Status.Conditions, ipamv1alpha1.ClaimSecretRotatedCondition)
 	if c != nil && c.Status == metav1.ConditionFalse {
-		r.Recorder.Eventf(svc, corev1.EventTypeWarning, c.Reason, "IPAddressClaim %s: %s", claim.Name, c.Message)
+		r.Recorder.Eventf(svc, claim, corev1.EventTypeWarning, c.Reason, actionRotate, "IPAddressClaim %s: %s", claim.Name, c.Message)
 	}
 }
 

@@ -31,7 +31,7 @@ func (c *ControlPlane) Apply(ctx context.Context, yaml string) ([]string, error)
 		if obj.GetNamespace() != "" {
 			name = obj.GetKind() + " " + obj.GetNamespace() + "/" + obj.GetName()
 		}
-		if err := c.Client.Patch(ctx, obj, client.Apply, client.FieldOwner("localcluster"), client.ForceOwnership); err != nil {
+		if err := c.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj), client.FieldOwner("localcluster"), client.ForceOwnership); err != nil {
 			return applied, errors.Wrapf(err, "applying %s", name)
 		}
 		applied = append(applied, name)

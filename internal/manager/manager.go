@@ -150,7 +150,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	adapter := &controllers.ProviderAdapter{
 		Client:   mgr.GetClient(),
 		Reader:   mgr.GetAPIReader(),
-		Recorder: mgr.GetEventRecorderFor("vitistack-ipam"),
+		Recorder: mgr.GetEventRecorder("vitistack-ipam"),
 		Secrets: &controllers.Secrets{
 			Reader:  mgr.GetAPIReader(),
 			Writer:  mgr.GetClient(),
@@ -178,7 +178,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	}
 	for _, kind := range []string{ipamv1alpha1.VitistackIPPoolKind, ipamv1alpha1.GlobalVitistackIPPoolKind} {
 		if err := (&controllers.PoolReconciler{
-			Adapter: adapter, Kind: kind, Recorder: mgr.GetEventRecorderFor("vitistack-ipam"),
+			Adapter: adapter, Kind: kind, Recorder: mgr.GetEventRecorder("vitistack-ipam"),
 		}).SetupWithManager(ctx, mgr); err != nil {
 			return errors.Wrapf(err, "setting up the %s controller", kind)
 		}
@@ -191,7 +191,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	if o.EnableServiceController {
 		if err := (&controllers.ServiceReconciler{
 			Adapter:            adapter,
-			Recorder:           mgr.GetEventRecorderFor("vitistack-ipam-services"),
+			Recorder:           mgr.GetEventRecorder("vitistack-ipam-services"),
 			LoadBalancerClass:  o.LoadBalancerClass,
 			ExcludedNamespaces: o.ExcludedNamespaces,
 			DefaultZone:        o.DefaultZone,

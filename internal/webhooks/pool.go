@@ -7,7 +7,6 @@ import (
 
 	"github.com/pkg/errors"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	clusterctlv1 "sigs.k8s.io/cluster-api/cmd/clusterctl/api/v1alpha3"
@@ -32,21 +31,41 @@ type Pool struct {
 	Kind string
 }
 
-var _ admission.CustomValidator = &Pool{}
+var (
+	_ admission.Validator[*ipamv1alpha1.VitistackIPPool]       = poolValidator[*ipamv1alpha1.VitistackIPPool]{}
+	_ admission.Validator[*ipamv1alpha1.GlobalVitistackIPPool] = poolValidator[*ipamv1alpha1.GlobalVitistackIPPool]{}
+)
 
 // SetupWithManager registers the webhook for its kind.
 func (w *Pool) SetupWithManager(mgr ctrl.Manager) error {
-	var obj runtime.Object = &ipamv1alpha1.VitistackIPPool{}
 	if w.Kind == ipamv1alpha1.GlobalVitistackIPPoolKind {
-		obj = &ipamv1alpha1.GlobalVitistackIPPool{}
+		return ctrl.NewWebhookManagedBy(mgr, &ipamv1alpha1.GlobalVitistackIPPool{}).
+			WithValidator(poolValidator[*ipamv1alpha1.GlobalVitistackIPPool]{w}).Complete()
 	}
-	return ctrl.NewWebhookManagedBy(mgr).For(obj).WithValidator(w).Complete()
+	return ctrl.NewWebhookManagedBy(mgr, &ipamv1alpha1.VitistackIPPool{}).
+		WithValidator(poolValidator[*ipamv1alpha1.VitistackIPPool]{w}).Complete()
 }
 
-// ValidateCreate implements admission.CustomValidator: CEL in the CRD does nearly all;
-// here the subnet plan is built once, as the controller will build it.
-func (w *Pool) ValidateCreate(_ context.Context, obj runtime.Object) (admission.Warnings, error) {
-	return nil, w.checkPlan(obj.(ipamv1alpha1.Pool))
+// poolValidator is Pool typed for one kind, as controller-runtime's typed validators
+// want it: both kinds share one spec, so one Pool serves both.
+type poolValidator[T ipamv1alpha1.Pool] struct{ *Pool }
+
+func (v poolValidator[T]) ValidateCreate(ctx context.Context, obj T) (admission.Warnings, error) {
+	return v.Pool.ValidateCreate(ctx, obj)
+}
+
+func (v poolValidator[T]) ValidateUpdate(ctx context.Context, oldObj, newObj T) (admission.Warnings, error) {
+	return v.Pool.ValidateUpdate(ctx, oldObj, newObj)
+}
+
+func (v poolValidator[T]) ValidateDelete(ctx context.Context, obj T) (admission.Warnings, error) {
+	return v.Pool.ValidateDelete(ctx, obj)
+}
+
+// ValidateCreate refuses what CEL in the CRD cannot see: the subnet plan is built
+// once, as the controller will build it.
+func (w *Pool) ValidateCreate(_ context.Context, pool ipamv1alpha1.Pool) (admission.Warnings, error) {
+	return nil, w.checkPlan(pool)
 }
 
 // checkPlan refuses a subnet the controller could not use (for example a range whose
@@ -65,8 +84,7 @@ func (w *Pool) checkPlan(pool ipamv1alpha1.Pool) error {
 }
 
 // ValidateUpdate refuses a new zone or family while addresses are allocated.
-func (w *Pool) ValidateUpdate(ctx context.Context, oldObj, newObj runtime.Object) (admission.Warnings, error) {
-	oldPool, newPool := oldObj.(ipamv1alpha1.Pool), newObj.(ipamv1alpha1.Pool)
+func (w *Pool) ValidateUpdate(ctx context.Context, oldPool, newPool ipamv1alpha1.Pool) (admission.Warnings, error) {
 	if err := w.checkPlan(newPool); err != nil {
 		return nil, err
 	}
@@ -110,8 +128,7 @@ func (w *Pool) ValidateUpdate(ctx context.Context, oldObj, newObj runtime.Object
 
 // ValidateDelete refuses to delete a pool while claims use it, except when clusterctl
 // move deletes it after copying it to the target cluster.
-func (w *Pool) ValidateDelete(ctx context.Context, obj runtime.Object) (admission.Warnings, error) {
-	pool := obj.(ipamv1alpha1.Pool)
+func (w *Pool) ValidateDelete(ctx context.Context, pool ipamv1alpha1.Pool) (admission.Warnings, error) {
 	if _, moving := pool.GetAnnotations()[clusterctlv1.DeleteForMoveAnnotation]; moving {
 		return nil, nil
 	}

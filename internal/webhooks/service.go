@@ -11,7 +11,6 @@ import (
 	"github.com/pkg/errors"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -57,19 +56,15 @@ type Service struct {
 	DefaultZone        string
 }
 
-var _ admission.CustomValidator = &Service{}
+var _ admission.Validator[*corev1.Service] = &Service{}
 
 // SetupWithManager registers the webhook.
 func (w *Service) SetupWithManager(mgr ctrl.Manager) error {
-	return ctrl.NewWebhookManagedBy(mgr).For(&corev1.Service{}).WithValidator(w).Complete()
+	return ctrl.NewWebhookManagedBy(mgr, &corev1.Service{}).WithValidator(w).Complete()
 }
 
 // ValidateCreate checks the annotations of a new Service.
-func (w *Service) ValidateCreate(ctx context.Context, obj runtime.Object) (admission.Warnings, error) {
-	svc, ok := obj.(*corev1.Service)
-	if !ok {
-		return nil, apierrors.NewBadRequest(fmt.Sprintf("expected a Service, got %T", obj))
-	}
+func (w *Service) ValidateCreate(ctx context.Context, svc *corev1.Service) (admission.Warnings, error) {
 	if !w.serves(svc) {
 		return nil, nil
 	}
@@ -81,15 +76,7 @@ func (w *Service) ValidateCreate(ctx context.Context, obj runtime.Object) (admis
 // is not judged again: it cannot make things worse, and refusing it would block the
 // controller's own writes (finalizers, MetalLB annotations) once, say, a pool is gone.
 // A Service being deleted is never held up.
-func (w *Service) ValidateUpdate(ctx context.Context, oldObj, newObj runtime.Object) (admission.Warnings, error) {
-	oldSvc, ok := oldObj.(*corev1.Service)
-	if !ok {
-		return nil, apierrors.NewBadRequest(fmt.Sprintf("expected a Service, got %T", oldObj))
-	}
-	svc, ok := newObj.(*corev1.Service)
-	if !ok {
-		return nil, apierrors.NewBadRequest(fmt.Sprintf("expected a Service, got %T", newObj))
-	}
+func (w *Service) ValidateUpdate(ctx context.Context, oldSvc, svc *corev1.Service) (admission.Warnings, error) {
 	if !w.serves(svc) || !svc.DeletionTimestamp.IsZero() {
 		return nil, nil
 	}
@@ -100,7 +87,7 @@ func (w *Service) ValidateUpdate(ctx context.Context, oldObj, newObj runtime.Obj
 }
 
 // ValidateDelete allows every delete: releasing is the controller's job.
-func (w *Service) ValidateDelete(context.Context, runtime.Object) (admission.Warnings, error) {
+func (w *Service) ValidateDelete(context.Context, *corev1.Service) (admission.Warnings, error) {
 	return nil, nil
 }
 

@@ -5,4 +5,4 @@ module github.com/vitistack/cluster-api-ipam-provider-vitistack/hack/tools/cert-
 
 go 1.26
 
-require github.com/cert-manager/cert-manager v1.18.2
+require github.com/cert-manager/cert-manager v1.21.1

@@ -1,4 +1,4 @@
-module github.com/vitistack/cluster-api-ipam-provider-vitistack/hack/tools/etcd
+module github.com/vitistack/cluster-api-ipam-provider-vitistack/hack/tools/etcd/v3.5.21
 
 go 1.26
 

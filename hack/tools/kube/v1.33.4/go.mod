@@ -1,4 +1,4 @@
-module github.com/vitistack/cluster-api-ipam-provider-vitistack/hack/tools/kube
+module github.com/vitistack/cluster-api-ipam-provider-vitistack/hack/tools/kube/v1.33.4
 
 go 1.26
 
