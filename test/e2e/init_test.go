@@ -2,6 +2,9 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"os/exec"
+	"strings"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -41,6 +44,18 @@ func TestInit(t *testing.T) {
 	g.Expect(ours[0].Object).To(HaveKeyWithValue("type", "IPAMProvider"))
 	g.Expect(ours[0].Object).To(HaveKeyWithValue("providerName", "vitistack"))
 	g.Expect(ours[0].Object).To(HaveKeyWithValue("version", paths.Version))
+	// The first init installed the Cluster API this provider is built on (go.mod).
+	goList, err := exec.Command("go", "list", "-m", "-f", "{{.Version}}", "sigs.k8s.io/cluster-api").Output()
+	g.Expect(err).NotTo(HaveOccurred())
+	capi := strings.TrimSpace(string(goList))
+	g.Expect(capi).To(HavePrefix("v1."))
+	var core []string
+	for _, p := range providers.Items {
+		if p.Object["providerName"] == "cluster-api" {
+			core = append(core, fmt.Sprint(p.Object["version"]))
+		}
+	}
+	g.Expect(core).To(Equal([]string{capi}), "core Cluster API in the inventory")
 
 	installed := map[string]string{localcluster.ProviderLabel: localcluster.ProviderName, "clusterctl.cluster.x-k8s.io": ""}
 	ns := &corev1.Namespace{}
