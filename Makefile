@@ -181,8 +181,12 @@ $(GOLANGCI_LINT): hack/tools/golangci-lint/go.mod
 $(KUSTOMIZE): hack/tools/kustomize/go.mod
 	cd hack/tools/kustomize && go build -o $@ sigs.k8s.io/kustomize/kustomize/v5
 
+# clusterctl reports the Cluster API version it was pinned at (`clusterctl version`).
+CLUSTERCTL_VERSION = $(shell awk '$$1 == "require" && $$2 == "sigs.k8s.io/cluster-api" {print $$3}' hack/tools/clusterctl/go.mod)
 $(CLUSTERCTL): hack/tools/clusterctl/go.mod
-	cd hack/tools/clusterctl && go build -o $@ sigs.k8s.io/cluster-api/cmd/clusterctl
+	cd hack/tools/clusterctl && go build -ldflags "-X sigs.k8s.io/cluster-api/version.gitVersion=$(CLUSTERCTL_VERSION) \
+		-X sigs.k8s.io/cluster-api/version.gitMajor=1 -X sigs.k8s.io/cluster-api/version.gitMinor=$(word 2,$(subst ., ,$(CLUSTERCTL_VERSION)))" \
+		-o $@ sigs.k8s.io/cluster-api/cmd/clusterctl
 
 $(ETCD): hack/tools/etcd/$(ETCD_VERSION)/go.mod
 	cd hack/tools/etcd/$(ETCD_VERSION) && CGO_ENABLED=0 go build -o $@ go.etcd.io/etcd/server/v3

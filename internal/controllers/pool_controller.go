@@ -46,6 +46,9 @@ type PoolReconciler struct {
 
 	mu         sync.Mutex
 	lastProbed map[types.NamespacedName]probe
+	// controller is the controller Cluster API's builder made: it holds a pool's next
+	// reconcile until the cache has seen the status this one wrote.
+	controller capicontroller.Controller
 }
 
 type probe struct {
@@ -67,7 +70,7 @@ func (r *PoolReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager)
 	r.lastProbed = map[types.NamespacedName]probe{}
 	// Cluster API's builder: capi_reconcile_* metrics, and at most one reconcile of a pool
 	// per second, which coalesces the status patches of a burst of claims.
-	return capicontroller.NewControllerManagedBy(mgr, ctrl.LoggerFrom(ctx)).
+	c, err := capicontroller.NewControllerManagedBy(mgr, ctrl.LoggerFrom(ctx)).
 		Named(r.Kind).
 		For(r.newPool()).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 2}).
@@ -79,7 +82,9 @@ func (r *PoolReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager)
 				UpdateFunc:  func(event.UpdateEvent) bool { return false },
 				GenericFunc: func(event.GenericEvent) bool { return false },
 			}).
-		Complete(ctx, r)
+		Build(ctx, r)
+	r.controller = c
+	return err
 }
 
 func (r *PoolReconciler) addressToPool(_ context.Context, o client.Object) []reconcile.Request {
@@ -109,7 +114,11 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctr
 	}
 	before := pool.DeepCopyObject().(ipamv1alpha1.Pool)
 	defer func() {
-		if err := r.Adapter.Client.Status().Patch(ctx, pool, client.MergeFrom(before)); err != nil && !apierrors.IsNotFound(err) {
+		switch err := r.Adapter.Client.Status().Patch(ctx, pool, client.MergeFrom(before)); {
+		case err == nil:
+			r.controller.DeferNextReconcileUntilCacheUpToDate(pool,
+				capicontroller.StructuredObject(ipamv1alpha1.GroupVersion, r.Kind), pool.GetResourceVersion())
+		case !apierrors.IsNotFound(err):
 			reterr = kerrors.NewAggregate([]error{reterr, errors.Wrap(err, "patching pool status")})
 		}
 	}()

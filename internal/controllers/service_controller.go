@@ -53,13 +53,31 @@ type ServiceReconciler struct {
 	ExcludedNamespaces []string
 	// DefaultZone is the zone of Services without the zone annotation.
 	DefaultZone string
+
+	// controller is the controller Cluster API's builder made: it holds a Service's
+	// next reconcile until the cache has seen what this one wrote.
+	controller capicontroller.Controller
+}
+
+var (
+	serviceType = capicontroller.StructuredObject(corev1.SchemeGroupVersion, "Service")
+	claimType   = capicontroller.StructuredObject(ipamv1.GroupVersion, "IPAddressClaim")
+)
+
+// wrote records a write made while reconciling svc, so that the Service's next
+// reconcile waits for the cache to show it (Cluster API's stale-cache protection)
+// instead of acting on, and conflicting with, an older copy.
+func (r *ServiceReconciler) wrote(svc *corev1.Service, typ capicontroller.GroupVersionKindType, written client.Object) {
+	if r.controller != nil && written.GetResourceVersion() != "" {
+		r.controller.DeferNextReconcileUntilCacheUpToDate(svc, typ, written.GetResourceVersion())
+	}
 }
 
 // SetupWithManager registers the controller.
 func (r *ServiceReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	// Cluster API's builder: capi_reconcile_* metrics, and at most one reconcile of a
 	// Service per second, so a burst of claim updates becomes one Service patch.
-	return capicontroller.NewControllerManagedBy(mgr, ctrl.LoggerFrom(ctx)).
+	c, err := capicontroller.NewControllerManagedBy(mgr, ctrl.LoggerFrom(ctx)).
 		Named("service").
 		For(&corev1.Service{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
 			svc, ok := o.(*corev1.Service)
@@ -73,7 +91,9 @@ func (r *ServiceReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manag
 				DeleteFunc:  func(event.DeleteEvent) bool { return false },
 				GenericFunc: func(event.GenericEvent) bool { return false },
 			}).
-		Complete(ctx, r)
+		Build(ctx, r)
+	r.controller = c
+	return err
 }
 
 // servicesWithoutAddresses re-queues the served Services that lack an address, when a
@@ -124,6 +144,7 @@ func (r *ServiceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		if err := r.Adapter.Client.Patch(ctx, svc, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
 			return ctrl.Result{}, errors.Wrap(err, "adding the finalizer and default annotations to the Service")
 		}
+		r.wrote(svc, serviceType, svc)
 	}
 
 	claims, err := r.claimsOf(ctx, svc)
@@ -344,6 +365,7 @@ func (r *ServiceReconciler) createClaim(ctx context.Context, svc *corev1.Service
 		}
 		return nil, errors.Wrap(err, "creating the IPAddressClaim")
 	}
+	r.wrote(svc, claimType, claim)
 	ctrl.LoggerFrom(ctx).V(2).Info("Created IPAddressClaim for Service", "IPAddressClaim", klogRef(claim), "family", fam)
 	return claim, nil
 }
@@ -400,6 +422,7 @@ func (r *ServiceReconciler) publish(ctx context.Context, svc *corev1.Service, sp
 	if err := r.Adapter.Client.Patch(ctx, svc, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
 		return errors.Wrap(err, "writing the addresses to the Service")
 	}
+	r.wrote(svc, serviceType, svc)
 	if len(ips) > 0 && before.Annotations[lbservice.MetalLBLoadBalancerIPsAnnotation] != svc.Annotations[lbservice.MetalLBLoadBalancerIPsAnnotation] {
 		r.Recorder.Eventf(svc, nil, corev1.EventTypeNormal, ipamv1alpha1.ClaimReadyAllocatedReason, actionAllocate, "Addresses %s handed to MetalLB", strings.Join(ips, ","))
 	}

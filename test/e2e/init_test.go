@@ -49,6 +49,9 @@ func TestInit(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	capi := strings.TrimSpace(string(goList))
 	g.Expect(capi).To(HavePrefix("v1."))
+	clusterctlVersion, err := a.Clusterctl(ctx, nil, "version", "-o", "short")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(strings.TrimSpace(clusterctlVersion)).To(Equal(capi), "clusterctl is not of the Cluster API in go.mod")
 	var core []string
 	for _, p := range providers.Items {
 		if p.Object["providerName"] == "cluster-api" {
