@@ -11,6 +11,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -162,23 +163,28 @@ func TestPoolStatusAndWebhookProtectAddressesInUse(t *testing.T) {
 		return pool.Status.AddressesInUse
 	}, 20*time.Second, 50*time.Millisecond).Should(Equal(ptr.To[int32](1)))
 
+	// update changes the pool's spec as a user would, on the latest copy: the pool
+	// controller writes the status (and so the resourceVersion) at any moment.
+	update := func(mutate func(*ipamv1alpha1.VitistackIPPool)) error {
+		return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			latest := &ipamv1alpha1.VitistackIPPool{}
+			if err := env.Client.Get(ctx, client.ObjectKeyFromObject(pool), latest); err != nil {
+				return err
+			}
+			mutate(latest)
+			return env.Client.Update(ctx, latest)
+		})
+	}
 	// Zone and family cannot change while the address is in use.
-	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(pool), pool)).To(Succeed())
-	changed := pool.DeepCopy()
-	changed.Spec.Zone = "inet"
-	err := env.Client.Update(ctx, changed)
+	err := update(func(p *ipamv1alpha1.VitistackIPPool) { p.Spec.Zone = "inet" })
 	g.Expect(err).To(HaveOccurred())
 	g.Expect(err.Error()).To(ContainSubstring("spec.zone: Forbidden: cannot change while 1 IPAddresses (for example " + ns + "/n1) are allocated"))
 	// So can't the subnet.
-	changed = pool.DeepCopy()
-	changed.Spec.Subnet = "10.99.0.0/24"
-	err = env.Client.Update(ctx, changed)
+	err = update(func(p *ipamv1alpha1.VitistackIPPool) { p.Spec.Subnet = "10.99.0.0/24" })
 	g.Expect(err).To(HaveOccurred())
 	g.Expect(err.Error()).To(ContainSubstring("spec.subnet: Forbidden: cannot change while 1 IPAddressClaims use this pool"))
 	// Other fields may change.
-	changed = pool.DeepCopy()
-	changed.Spec.RetentionPeriodDays = ptr.To[int32](3)
-	g.Expect(env.Client.Update(ctx, changed)).To(Succeed())
+	g.Expect(update(func(p *ipamv1alpha1.VitistackIPPool) { p.Spec.RetentionPeriodDays = ptr.To[int32](3) })).To(Succeed())
 
 	// The pool cannot be deleted while a claim uses it.
 	err = env.Client.Delete(ctx, pool)

@@ -263,11 +263,16 @@ func TestServiceWebhookUpdates(t *testing.T) {
 	g.Expect(err).To(HaveOccurred())
 	g.Expect(err.Error()).To(ContainSubstring(`Secret ` + ns + `/short must be 8 to 64 characters long`))
 
-	// The Secret goes bad after the Service was admitted.
-	sec := &corev1.Secret{}
-	g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "good"}, sec)).To(Succeed())
-	sec.Data["secret"] = []byte("tiny")
-	g.Expect(env.Client.Update(ctx, sec)).To(Succeed())
+	// The Secret goes bad after the Service was admitted. (The controller may be adding
+	// its finalizer to the Secret at the same time: retry on conflict.)
+	g.Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		sec := &corev1.Secret{}
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "good"}, sec); err != nil {
+			return err
+		}
+		sec.Data["secret"] = []byte("tiny")
+		return env.Client.Update(ctx, sec)
+	})).To(Succeed())
 
 	// Edits that leave the annotations' meaning alone, or only remove annotations, pass.
 	g.Expect(update(func(s *corev1.Service) { s.Labels = map[string]string{"app": "web"} })).To(Succeed())
