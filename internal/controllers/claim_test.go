@@ -7,6 +7,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/cluster-api-ipam-provider-in-cluster/pkg/ipamutil"
@@ -62,6 +63,12 @@ func TestClaimGetsAddressWithMetadata(t *testing.T) {
 	g.Expect(c.Annotations[ipamv1alpha1.RegistrationAnnotation]).To(And(
 		ContainSubstring(`"address":"`+ip.String()+`/32"`), ContainSubstring(`"registered":true`)))
 	hasEvent(t, claim, corev1.EventTypeNormal, "Allocated", ip.String())
+	// It is an events.k8s.io/v1 event that says what the controller was doing.
+	evs := &eventsv1.EventList{}
+	g.Expect(env.Client.List(ctx, evs, client.InNamespace(ns.Name))).To(Succeed())
+	g.Expect(evs.Items).To(ContainElement(And(
+		HaveField("Regarding.UID", claim.UID), HaveField("Reason", "Allocated"),
+		HaveField("Action", "Allocate"), HaveField("ReportingController", "vitistack-ipam"))))
 
 	// The stand-in holds exactly this registration.
 	holders := holdersOf(ip.String() + "/32")
