@@ -87,6 +87,8 @@ func TestSecretValuesNeverLeak(t *testing.T) {
 	metrics, err := localcluster.Get(ctx, aMgr.MetricsURL)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(metrics).To(ContainSubstring("vitistack_ipam_api_request_duration_seconds"))
+	// The pool controllers are built with Cluster API's builder, which counts their reconciles.
+	g.Expect(metrics).To(MatchRegexp(`capi_reconcile_total\{controller="VitistackIPPool",result="[a-z_]+"\} [1-9]`))
 	seen = append(seen, "metrics: "+metrics, "manager log: "+aMgr.Logs(), "ipam-api-sim log: "+ipamAPI.Logs())
 	g.Expect(aMgr.Logs()).To(ContainSubstring("intruder"), "the manager logged nothing about the refused claim (log level 2)")
 
