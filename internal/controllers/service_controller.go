@@ -68,9 +68,7 @@ var (
 // reconcile waits for the cache to show it (Cluster API's stale-cache protection)
 // instead of acting on, and conflicting with, an older copy.
 func (r *ServiceReconciler) wrote(svc *corev1.Service, typ capicontroller.GroupVersionKindType, written client.Object) {
-	if r.controller != nil && written.GetResourceVersion() != "" {
-		r.controller.DeferNextReconcileUntilCacheUpToDate(svc, typ, written.GetResourceVersion())
-	}
+	r.controller.DeferNextReconcileUntilCacheUpToDate(svc, typ, written.GetResourceVersion())
 }
 
 // SetupWithManager registers the controller.

@@ -31,23 +31,21 @@ type Pool struct {
 	Kind string
 }
 
-var (
-	_ admission.Validator[*ipamv1alpha1.VitistackIPPool]       = poolValidator[*ipamv1alpha1.VitistackIPPool]{}
-	_ admission.Validator[*ipamv1alpha1.GlobalVitistackIPPool] = poolValidator[*ipamv1alpha1.GlobalVitistackIPPool]{}
-)
-
 // SetupWithManager registers the webhook for its kind.
 func (w *Pool) SetupWithManager(mgr ctrl.Manager) error {
 	if w.Kind == ipamv1alpha1.GlobalVitistackIPPoolKind {
-		return ctrl.NewWebhookManagedBy(mgr, &ipamv1alpha1.GlobalVitistackIPPool{}).
-			WithValidator(poolValidator[*ipamv1alpha1.GlobalVitistackIPPool]{w}).Complete()
+		return register(mgr, &ipamv1alpha1.GlobalVitistackIPPool{}, w)
 	}
-	return ctrl.NewWebhookManagedBy(mgr, &ipamv1alpha1.VitistackIPPool{}).
-		WithValidator(poolValidator[*ipamv1alpha1.VitistackIPPool]{w}).Complete()
+	return register(mgr, &ipamv1alpha1.VitistackIPPool{}, w)
 }
 
-// poolValidator is Pool typed for one kind, as controller-runtime's typed validators
-// want it: both kinds share one spec, so one Pool serves both.
+// register serves w for the kind of obj, through controller-runtime's typed validators.
+func register[T ipamv1alpha1.Pool](mgr ctrl.Manager, obj T, w *Pool) error {
+	return ctrl.NewWebhookManagedBy(mgr, obj).WithValidator(poolValidator[T]{w}).Complete()
+}
+
+// poolValidator is Pool typed for one kind: both kinds share one spec, so one Pool
+// serves both.
 type poolValidator[T ipamv1alpha1.Pool] struct{ *Pool }
 
 func (v poolValidator[T]) ValidateCreate(ctx context.Context, obj T) (admission.Warnings, error) {
