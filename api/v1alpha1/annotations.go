@@ -90,4 +90,16 @@ const (
 	// be released even if its IPAddress was never created, and a claim whose IPAddress
 	// disappeared get the same address back.
 	RegistrationAnnotation = annotationPrefix + "registration"
+
+	// RefusedInputsAnnotation on a claim is a digest of what the IPAM-API refused for a
+	// reason only a user can fix (zone, family, secret, address): the claim's
+	// annotations and generation, its pool's generation, the Secret's version and the
+	// manager's settings. Until one of them changes the request is not sent again.
+	RefusedInputsAnnotation = annotationPrefix + "refused-inputs"
 )
+
+// SecretFingerprintsAnnotation on a Secret that owns addresses holds, by key, the
+// fingerprint of the value the addresses are registered under (JSON). Only readers of
+// the Secret see it. A release or registration with a value whose fingerprint differs
+// is refused: the value was changed after addresses were registered under it.
+const SecretFingerprintsAnnotation = annotationPrefix + "value-fingerprints"

@@ -21,6 +21,12 @@ const (
 	PoolReadyIPAMAPIUnreachableReason = "IPAMAPIUnreachable"
 	// PoolReadyDeletingReason: the pool is being deleted.
 	PoolReadyDeletingReason = "Deleting"
+	// PoolReadySubnetOutsideZoneReason: the IPAM-API refused an address of the pool's
+	// subnet as not belonging to the pool's zone.
+	PoolReadySubnetOutsideZoneReason = "SubnetOutsideZone"
+	// PoolReadyBackendFailingReason: the IPAM-API answers, but its own backend (NetBox
+	// or MongoDB) is failing.
+	PoolReadyBackendFailingReason = "IPAMAPIBackendFailing"
 
 	// PoolExhaustedCondition is true when a subnet-mode pool has no address left to hand
 	// out; claims wait until one frees up.
@@ -48,6 +54,35 @@ const (
 	ClaimReadyIPAMAPIUnreachableReason = "IPAMAPIUnreachable"
 	// ClaimReadyReleaseFailedReason: releasing the address failed; retried with back-off.
 	ClaimReadyReleaseFailedReason = "ReleaseFailed"
+	// ClaimReadyAddressInUseReason: the requested address is bound to another claim, and
+	// the two do not both declare the same share key.
+	ClaimReadyAddressInUseReason = "AddressInUse"
+	// ClaimReadyIdentityInUseReason: another claim holds the same IPAM-API identity.
+	ClaimReadyIdentityInUseReason = "IdentityInUse"
+	// ClaimReadyIdentityOverrideNotAllowedReason: the claim overrides its IPAM-API
+	// identity, and its pool does not allow that (spec.allowIdentityOverrides).
+	ClaimReadyIdentityOverrideNotAllowedReason = "IdentityOverrideNotAllowed"
+	// ClaimReadySubnetOutsideZoneReason: the IPAM-API says an address of the pool's
+	// subnet is not in the pool's zone; the pool is not Ready either.
+	ClaimReadySubnetOutsideZoneReason = "SubnetOutsideZone"
+	// ClaimReadyBackendFailingReason: the IPAM-API answered, but its own backend
+	// (NetBox or MongoDB) is failing; retried with back-off.
+	ClaimReadyBackendFailingReason = "IPAMAPIBackendFailing"
+	// ClaimReadySecretValueChangedReason: the value of the Secret that owns the address
+	// changed after the address was registered under it.
+	ClaimReadySecretValueChangedReason = "SecretValueChanged"
+	// ClaimReadyWaitingForSecretReason: the Secret is not yet protected by the provider
+	// (finalizer and fingerprint); nothing is sent until it is.
+	ClaimReadyWaitingForSecretReason = "WaitingForSecret"
+)
+
+// The AddressShared condition of an IPAddressClaim: True while its address is bound to
+// other claims too, all of which declared the same share key.
+const (
+	// ClaimAddressSharedCondition is True while the address is shared.
+	ClaimAddressSharedCondition = "AddressShared"
+	// ClaimAddressSharedReason: the address is shared by consent.
+	ClaimAddressSharedReason = "SharedByConsent"
 )
 
 // The SecretRotated condition of an IPAddressClaim: whether the secret that owns its

@@ -109,6 +109,14 @@ type VitistackIPPoolSpec struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	ClusterID string `json:"clusterID,omitempty"`
+
+	// allowIdentityOverrides lets claims of this pool choose the IPAM-API identity
+	// they register under with the ipam.vitistack.io/service-name, namespace-id and
+	// cluster-id annotations. Off by default: with a shared secret, an override could
+	// re-register another tenant's identity and take over its address. Claims the
+	// Service controller makes may always carry their Service's name.
+	// +optional
+	AllowIdentityOverrides bool `json:"allowIdentityOverrides,omitempty"`
 }
 
 // SecretReference names a key of a Secret.
@@ -184,11 +192,6 @@ type VitistackIPPoolStatus struct {
 	// capped at 2^63-1 for large IPv6 subnets.
 	// +optional
 	SubnetSize *int64 `json:"subnetSize,omitempty"`
-
-	// addressesTakenElsewhere is the number of subnet addresses the provider found held
-	// by someone else in the IPAM-API and skipped (subnet mode; since the manager started).
-	// +optional
-	AddressesTakenElsewhere *int32 `json:"addressesTakenElsewhere,omitempty"`
 
 	// observedGeneration is the pool generation the status was computed for.
 	// +optional
@@ -292,6 +295,8 @@ type Pool interface {
 	client.Object
 	PoolSpec() *VitistackIPPoolSpec
 	PoolStatus() *VitistackIPPoolStatus
+	GetConditions() []metav1.Condition
+	SetConditions([]metav1.Condition)
 }
 
 // PoolSpec returns the pool's spec.

@@ -5,6 +5,10 @@
 //
 //	ipam-api-sim [--listen 127.0.0.1:3000] [--zones FILE] [--sweep-interval 30s]
 //	             [--latency 0s] [--latency-jitter 0s] [--state-file FILE] [--debug-listen ADDR]
+//	             [--prefix-load-delay 0s]
+//
+// --help lists the flags and the routes of the debug listener (sim.DebugRoutes); faults,
+// the IPAM-API's failing backends included, are set there with PUT /faults.
 //
 // On start it logs "listening address=HOST:PORT" (and "debug listening address=..."),
 // so --listen 127.0.0.1:0 can be used to pick a free port.

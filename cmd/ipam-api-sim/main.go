@@ -28,6 +28,20 @@ func main() {
 	}
 }
 
+// usage prints the flags and the routes of the debug listener to the flag set's output.
+func usage(fs *flag.FlagSet) {
+	out := fs.Output()
+	_, _ = fmt.Fprintf(out, "Usage of %s:\n", fs.Name())
+	_, _ = fmt.Fprintln(out, "Serves a stand-in of the vitistack IPAM-API (POST /v2/address, DELETE /v2/service, POST and DELETE /).")
+	_, _ = fmt.Fprintln(out)
+	fs.PrintDefaults()
+	_, _ = fmt.Fprintln(out)
+	_, _ = fmt.Fprintln(out, "Routes of the debug listener (--debug-listen), JSON:")
+	for _, rt := range sim.DebugRoutes() {
+		_, _ = fmt.Fprintf(out, "  %-6s %-15s %s\n", rt.Method, rt.Path, rt.Doc)
+	}
+}
+
 // run parses args, serves until ctx is done, then shuts down gracefully. Logs go to
 // stdout as slog text lines.
 func run(ctx context.Context, args []string, stdout io.Writer) error {
@@ -39,8 +53,13 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	latency := fs.Duration("latency", 0, "injected latency per request (between lookup and commit)")
 	jitter := fs.Duration("latency-jitter", 0, "random extra latency, uniform in [0, jitter]")
 	stateFile := fs.String("state-file", "", "persist registrations (secret hashes only) to this JSON file")
-	debugListen := fs.String("debug-listen", "", "address of the inspection listener (GET /registrations, GET /stats, PUT /faults, POST /sweep); off when empty")
+	prefixLoadDelay := fs.Duration("prefix-load-delay", 0, "for this long after start (and after POST /reset on the debug listener) answer 400 \"no prefixes found for zone ...\" for every zone, like the real server while it loads its zone containers")
+	debugListen := fs.String("debug-listen", "", "address of the inspection listener (routes below); off when empty")
+	fs.Usage = func() { usage(fs) }
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil // -h, --help: the usage was printed; not an error
+		}
 		return errors.Wrap(err, "parsing flags")
 	}
 	if fs.NArg() > 0 {
@@ -48,6 +67,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	if *sweepInterval <= 0 {
 		return errors.New("--sweep-interval must be positive")
+	}
+	if *prefixLoadDelay < 0 {
+		return errors.New("--prefix-load-delay must not be negative")
 	}
 
 	logger := slog.New(slog.NewTextHandler(stdout, nil))
@@ -57,6 +79,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		LatencyJitter: *jitter,
 		Logger:        logger,
 		StateFile:     *stateFile,
+
+		PrefixLoadDelay: *prefixLoadDelay,
 	}
 	if *zonesFile != "" {
 		zones, err := sim.LoadZonesFile(*zonesFile)

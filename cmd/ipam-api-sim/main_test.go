@@ -3,9 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -14,6 +16,8 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi/sim"
 )
 
 // syncBuffer is a goroutine-safe log sink.
@@ -157,4 +161,85 @@ func TestBadArguments(t *testing.T) {
 	g.Expect(run(ctx, []string{"--no-such-flag"}, &out)).To(HaveOccurred())
 	g.Expect(run(ctx, []string{"--sweep-interval", "0s"}, &out)).To(HaveOccurred())
 	g.Expect(run(ctx, []string{"--listen", "256.0.0.1:1"}, &out)).To(HaveOccurred())
+	g.Expect(run(ctx, []string{"--prefix-load-delay", "-1s"}, &out)).To(MatchError(ContainSubstring("--prefix-load-delay must not be negative")))
+}
+
+// --help and -h print the usage, with every flag and every debug route, and succeed.
+func TestHelpSucceedsAndListsTheDebugRoutes(t *testing.T) {
+	for _, arg := range []string{"--help", "-h", "-help"} {
+		t.Run(arg, func(t *testing.T) {
+			g := NewWithT(t)
+			var out bytes.Buffer
+			g.Expect(run(context.Background(), []string{arg}, &out)).To(Succeed())
+			help := out.String()
+			for _, flag := range []string{"-listen", "-zones", "-sweep-interval", "-latency", "-latency-jitter", "-state-file", "-debug-listen", "-prefix-load-delay"} {
+				g.Expect(help).To(ContainSubstring("  "+flag+" "), flag)
+			}
+			g.Expect(sim.DebugRoutes()).To(HaveLen(7))
+			for _, rt := range sim.DebugRoutes() {
+				g.Expect(help).To(MatchRegexp(`(?m)^  ` + rt.Method + ` +` + regexp.QuoteMeta(rt.Path) + ` +` + regexp.QuoteMeta(rt.Doc) + `$`))
+			}
+			for _, field := range []string{"netbox_down", "netbox_body", "prefixes_loading", "mongo_down", "mongo_hang"} {
+				g.Expect(help).To(ContainSubstring(field))
+			}
+		})
+	}
+}
+
+// The process exits 0 after --help (it used to exit 1 with "flag: help requested").
+func TestHelpExitCode(t *testing.T) {
+	if os.Getenv("IPAM_API_SIM_TEST_MAIN") == "1" {
+		os.Args = []string{"ipam-api-sim", "--help"}
+		main()
+		return
+	}
+	g := NewWithT(t)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelpExitCode$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "IPAM_API_SIM_TEST_MAIN=1")
+	out, err := cmd.CombinedOutput()
+	g.Expect(err).NotTo(HaveOccurred(), "%s", out)
+	g.Expect(string(out)).To(ContainSubstring("Routes of the debug listener"))
+	g.Expect(string(out)).NotTo(ContainSubstring("help requested"))
+}
+
+// The backend failures are set through the debug listener (as the process-level e2e
+// does) and the prefix load delay is a flag.
+func TestBackendFailuresThroughTheProcess(t *testing.T) {
+	g := NewWithT(t)
+	inst := start(t, "--listen", "127.0.0.1:0", "--debug-listen", "127.0.0.1:0", "--prefix-load-delay", "2s")
+	status, body := do(t, http.MethodPost, inst.api+"/v2/address", reg)
+	g.Expect(status).To(Equal(400))
+	g.Expect(body).To(Equal(`{"message":"no prefixes found for zone inet with IP family ipv4"}`))
+	g.Eventually(func() string {
+		_, body := do(t, http.MethodPost, inst.api+"/v2/address", reg)
+		return body
+	}).WithTimeout(10 * time.Second).WithPolling(100 * time.Millisecond).Should(Equal(`{"message":"Address registered successfully","address":"83.118.168.0/32"}`))
+	backendFailures := func() int {
+		_, body := do(t, http.MethodGet, inst.debug+"/stats", "")
+		var st sim.Stats
+		g.Expect(json.Unmarshal([]byte(body), &st)).To(Succeed())
+		return st.BackendFailures
+	}
+	loading := backendFailures()
+	g.Expect(loading).To(BeNumerically(">=", 1))
+
+	status, _ = do(t, http.MethodPut, inst.debug+"/faults", `{"netbox_down":true,"netbox_body":"no healthy upstream"}`)
+	g.Expect(status).To(Equal(200))
+	status, body = do(t, http.MethodDelete, inst.api+"/v2/service", strings.Replace(reg, `"ip_family":"ipv4",`, `"ip_family":"ipv4","address":"83.118.168.0/32",`, 1))
+	g.Expect(status).To(Equal(400))
+	g.Expect(body).To(Equal(`{"message":"failed to fetch zones: no healthy upstream"}`))
+
+	status, _ = do(t, http.MethodPut, inst.debug+"/faults", `{"mongo_down":true,"mongo_hang":"10ms"}`)
+	g.Expect(status).To(Equal(200))
+	status, body = do(t, http.MethodPost, inst.api+"/v2/address", reg)
+	g.Expect(status).To(Equal(500))
+	g.Expect(body).To(HavePrefix(`{"message":"failed to query address documents: server selection error: `))
+	g.Expect(backendFailures()).To(Equal(loading + 2))
+	g.Expect(inst.logs.String()).To(ContainSubstring("outcome=mongo-down"))
+
+	// POST /reset clears the faults and starts the prefix load delay again.
+	status, _ = do(t, http.MethodPost, inst.debug+"/reset", "")
+	g.Expect(status).To(Equal(200))
+	_, body = do(t, http.MethodPost, inst.api+"/v2/address", reg)
+	g.Expect(body).To(Equal(`{"message":"no prefixes found for zone inet with IP family ipv4"}`))
 }

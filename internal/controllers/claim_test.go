@@ -101,7 +101,7 @@ func TestClaimAnnotationsOverrideIdentitySecretAndRetention(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "anycast"},
 		Data:       map[string][]byte{"secret": []byte(secretValue)},
 	})).To(Succeed())
-	pool := newPool(t, ns.Name, "inet-v6", routedPool("inet", ipamv1alpha1.IPv6))
+	pool := newPool(t, ns.Name, "inet-v6", withOverrides(routedPool("inet", ipamv1alpha1.IPv6)))
 	claim := newClaim(t, ns.Name, "lb-1", pool.Name, map[string]string{
 		"ipam.vitistack.io/secret":                "anycast",
 		"ipam.vitistack.io/retention-period-days": "7",

@@ -191,7 +191,7 @@ func TestManyClaimsBindWithoutDuplicates(t *testing.T) {
 func TestDuplicateIdentityIsRefused(t *testing.T) {
 	g := NewWithT(t)
 	ns := newNamespace(t)
-	pool := newPool(t, ns.Name, "pool", routedPool("inet", ipamv1alpha1.IPv4))
+	pool := newPool(t, ns.Name, "pool", withOverrides(routedPool("inet", ipamv1alpha1.IPv4)))
 	a := newClaim(t, ns.Name, "a", pool.Name, map[string]string{"ipam.vitistack.io/service-name": "same"})
 	boundAddress(t, a)
 	b := newClaim(t, ns.Name, "b", pool.Name, map[string]string{"ipam.vitistack.io/service-name": "same"})
@@ -204,7 +204,7 @@ func TestDuplicateIdentityIsRefused(t *testing.T) {
 func TestSimultaneousDuplicateIdentityRegistersOnce(t *testing.T) {
 	g := NewWithT(t)
 	ns := newNamespace(t)
-	pool := newPool(t, ns.Name, "pool", routedPool("inet", ipamv1alpha1.IPv4))
+	pool := newPool(t, ns.Name, "pool", withOverrides(routedPool("inet", ipamv1alpha1.IPv4)))
 	var wg sync.WaitGroup
 	for _, name := range []string{"twin-a", "twin-b"} {
 		wg.Add(1)

@@ -172,4 +172,10 @@ func routedPool(zone string, family ipamv1alpha1.IPFamily) ipamv1alpha1.Vitistac
 	return ipamv1alpha1.VitistackIPPoolSpec{Zone: zone, IPFamily: family}
 }
 
+// withOverrides lets the pool's claims choose their IPAM-API identity.
+func withOverrides(spec ipamv1alpha1.VitistackIPPoolSpec) ipamv1alpha1.VitistackIPPoolSpec {
+	spec.AllowIdentityOverrides = true
+	return spec
+}
+
 var _ = ptr.To[int32]

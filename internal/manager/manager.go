@@ -17,7 +17,12 @@ import (
 	"sigs.k8s.io/cluster-api-ipam-provider-in-cluster/pkg/ipamutil"
 
 	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
-	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/controllers"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/controllers/claim"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/controllers/pool"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/controllers/secret"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/controllers/service"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/index"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/registrar"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/webhooks"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi"
 )
@@ -45,6 +50,7 @@ type Options struct {
 	MaxConcurrentReconciles int
 	PoolProbeInterval       time.Duration
 	SubnetRecheckInterval   time.Duration
+	SecretRecheckInterval   time.Duration
 	WatchFilter             string
 	EnableWebhooks          bool
 
@@ -55,7 +61,7 @@ type Options struct {
 	DefaultZone             string
 
 	// Clients replaces the IPAM-API client factory (tests); nil means the real one.
-	Clients controllers.ClientFactory
+	Clients registrar.ClientFactory
 }
 
 // AddFlags registers the provider's flags.
@@ -76,6 +82,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"How often each pool's Ready condition is checked against the IPAM-API when nothing changes.")
 	fs.DurationVar(&o.SubnetRecheckInterval, "subnet-recheck-interval", time.Minute,
 		"Subnet mode: how long an address found held by someone else in the IPAM-API is skipped before it is tried again (a released address stays held until the IPAM-API's sweeper frees it).")
+	fs.DurationVar(&o.SecretRecheckInterval, "secret-recheck-interval", time.Minute,
+		"How often a claim the IPAM-API refused for a reason only a user can fix (wrong secret, zone, address) looks at its Secret again; a change of the claim or its pool is seen at once.")
 	fs.StringVar(&o.WatchFilter, "watch-filter", "",
 		"Only reconcile objects whose cluster.x-k8s.io/watch-filter label has this value.")
 	fs.BoolVar(&o.EnableWebhooks, "enable-webhooks", true,
@@ -140,45 +148,38 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	if err := o.Validate(); err != nil {
 		return err
 	}
-	if err := controllers.SetupIndexes(ctx, mgr); err != nil {
+	if err := index.Setup(ctx, mgr); err != nil {
 		return err
 	}
 	clients := o.Clients
 	if clients == nil {
-		clients = &controllers.CachingClientFactory{Timeout: o.IPAMAPITimeout}
+		clients = &registrar.CachingClientFactory{Timeout: o.IPAMAPITimeout}
 	}
-	adapter := &controllers.ProviderAdapter{
-		Client:   mgr.GetClient(),
-		Reader:   mgr.GetAPIReader(),
-		Recorder: mgr.GetEventRecorder("vitistack-ipam"),
-		Secrets: &controllers.Secrets{
-			Reader:  mgr.GetAPIReader(),
-			Writer:  mgr.GetClient(),
-			Default: types.NamespacedName{Namespace: o.DefaultSecretNamespace, Name: o.DefaultSecretName},
-		},
-		Clients: clients,
-		Config: controllers.Config{
-			DefaultEndpoint:         o.IPAMAPIURL,
-			ClusterID:               o.ClusterID,
-			RequestTimeout:          o.IPAMAPITimeout,
-			MaxConcurrentReconciles: o.MaxConcurrentReconciles,
-			PoolProbeInterval:       o.PoolProbeInterval,
-			SubnetRecheckInterval:   o.SubnetRecheckInterval,
-			WatchFilterValue:        o.WatchFilter,
-		},
-	}
-	adapter.Config.DefaultSecret = adapter.Secrets.Default
+	reg := registrar.New(mgr.GetClient(), mgr.GetAPIReader(), clients, registrar.Config{
+		DefaultEndpoint:         o.IPAMAPIURL,
+		ClusterID:               o.ClusterID,
+		DefaultSecret:           types.NamespacedName{Namespace: o.DefaultSecretNamespace, Name: o.DefaultSecretName},
+		RequestTimeout:          o.IPAMAPITimeout,
+		MaxConcurrentReconciles: o.MaxConcurrentReconciles,
+		PoolProbeInterval:       o.PoolProbeInterval,
+		SubnetRecheckInterval:   o.SubnetRecheckInterval,
+		SecretRecheckInterval:   o.SecretRecheckInterval,
+		WatchFilterValue:        o.WatchFilter,
+	})
 	if err := (&ipamutil.ClaimReconciler{
 		Client:           mgr.GetClient(),
 		Scheme:           mgr.GetScheme(),
 		WatchFilterValue: o.WatchFilter,
-		Adapter:          adapter,
+		Adapter:          &claim.Adapter{Registrar: reg, Recorder: mgr.GetEventRecorder("vitistack-ipam")},
 	}).SetupWithManager(ctx, mgr); err != nil {
 		return errors.Wrap(err, "setting up the IPAddressClaim controller")
 	}
+	if err := (&secret.Protector{Client: mgr.GetClient(), Reader: mgr.GetAPIReader()}).SetupWithManager(ctx, mgr); err != nil {
+		return errors.Wrap(err, "setting up the Secret protector")
+	}
 	for _, kind := range []string{ipamv1alpha1.VitistackIPPoolKind, ipamv1alpha1.GlobalVitistackIPPoolKind} {
-		if err := (&controllers.PoolReconciler{
-			Adapter: adapter, Kind: kind, Recorder: mgr.GetEventRecorder("vitistack-ipam"),
+		if err := (&pool.Reconciler{
+			Registrar: reg, Kind: kind, Recorder: mgr.GetEventRecorder("vitistack-ipam"),
 		}).SetupWithManager(ctx, mgr); err != nil {
 			return errors.Wrapf(err, "setting up the %s controller", kind)
 		}
@@ -189,8 +190,9 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		}
 	}
 	if o.EnableServiceController {
-		if err := (&controllers.ServiceReconciler{
-			Adapter:            adapter,
+		if err := (&service.Reconciler{
+			Client:             mgr.GetClient(),
+			WatchFilterValue:   o.WatchFilter,
 			Recorder:           mgr.GetEventRecorder("vitistack-ipam-services"),
 			LoadBalancerClass:  o.LoadBalancerClass,
 			ExcludedNamespaces: o.ExcludedNamespaces,

@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
-	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/controllers"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/index"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/subnet"
 )
 
@@ -94,7 +94,7 @@ func (w *Pool) ValidateUpdate(ctx context.Context, oldPool, newPool ipamv1alpha1
 		// A new subnet (or mode) while claims are being served would strand their
 		// candidates: it needs the claims gone.
 		claims := &ipamv1.IPAddressClaimList{}
-		if err := w.Client.List(ctx, claims, w.listOptions(newPool, controllers.ClaimPoolRefIndex)...); err != nil {
+		if err := w.Client.List(ctx, claims, w.listOptions(newPool, index.ClaimPoolRef)...); err != nil {
 			return nil, apierrors.NewInternalError(errors.Wrap(err, "listing the pool's claims"))
 		}
 		if len(claims.Items) == 0 {
@@ -131,7 +131,7 @@ func (w *Pool) ValidateDelete(ctx context.Context, pool ipamv1alpha1.Pool) (admi
 		return nil, nil
 	}
 	claims := &ipamv1.IPAddressClaimList{}
-	if err := w.Client.List(ctx, claims, w.listOptions(pool, controllers.ClaimPoolRefIndex)...); err != nil {
+	if err := w.Client.List(ctx, claims, w.listOptions(pool, index.ClaimPoolRef)...); err != nil {
 		return nil, apierrors.NewInternalError(errors.Wrap(err, "listing the pool's claims"))
 	}
 	if len(claims.Items) == 0 {
@@ -153,7 +153,7 @@ func (w *Pool) ValidateDelete(ctx context.Context, pool ipamv1alpha1.Pool) (admi
 
 func (w *Pool) addresses(ctx context.Context, pool ipamv1alpha1.Pool) (int, string, error) {
 	list := &ipamv1.IPAddressList{}
-	if err := w.Client.List(ctx, list, w.listOptions(pool, controllers.AddressPoolRefIndex)...); err != nil {
+	if err := w.Client.List(ctx, list, w.listOptions(pool, index.AddressPoolRef)...); err != nil {
 		return 0, "", errors.Wrap(err, "listing the pool's IPAddresses")
 	}
 	if len(list.Items) == 0 {
@@ -162,8 +162,8 @@ func (w *Pool) addresses(ctx context.Context, pool ipamv1alpha1.Pool) (int, stri
 	return len(list.Items), list.Items[0].Namespace + "/" + list.Items[0].Name, nil
 }
 
-func (w *Pool) listOptions(pool ipamv1alpha1.Pool, index string) []client.ListOption {
-	opts := []client.ListOption{client.MatchingFields{index: controllers.PoolRefValue(w.Kind, pool.GetName())}}
+func (w *Pool) listOptions(pool ipamv1alpha1.Pool, field string) []client.ListOption {
+	opts := []client.ListOption{client.MatchingFields{field: index.PoolRefValue(w.Kind, pool.GetName())}}
 	if pool.GetNamespace() != "" {
 		opts = append(opts, client.InNamespace(pool.GetNamespace()))
 	}

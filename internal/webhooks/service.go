@@ -21,8 +21,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
-	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/controllers"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/lbservice"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/record"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi"
 )
 
@@ -269,7 +269,7 @@ func (w *Service) checkSecret(ctx context.Context, svc *corev1.Service, spec *lb
 		return field.ErrorList{field.Invalid(p, name, fmt.Sprintf(
 			"must be %q or the name of a Secret in namespace %s: %s", ipamv1alpha1.DefaultSecretName, svc.Namespace, strings.Join(msgs, "; ")))}, nil
 	}
-	key := controllers.DefaultSecretKey
+	key := record.DefaultSecretKey
 	howTo := fmt.Sprintf("create an Opaque Secret %s in namespace %s with key %q holding %d to %d characters, or set %s to %q",
 		name, svc.Namespace, key, minSecretLength, maxSecretLength, ipamv1alpha1.SecretAnnotation, ipamv1alpha1.DefaultSecretName)
 	sec := &corev1.Secret{}

@@ -171,7 +171,9 @@ func (c *HTTPClient) do(ctx context.Context, op, method, path string, req Reques
 	mt, _, _ := mime.ParseMediaType(hres.Header.Get("Content-Type"))
 	if mt != "application/json" || json.Unmarshal(raw, &wire) != nil || wire.Message == nil {
 		e := classify(op, status, "the answer is not the IPAM-API's JSON ("+describe(mt, scrubBody(raw, req))+"): check the endpoint URL")
-		if status < 400 || status == http.StatusNotFound {
+		if status <= http.StatusBadRequest || status == http.StatusNotFound {
+			// The IPAM-API answers every 400 and 404 in JSON: one without it is a proxy's
+			// (never "not held", never the request's fault).
 			e.Class = ClassUnexpectedResponse
 		}
 		return nil, e

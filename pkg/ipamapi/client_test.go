@@ -2,6 +2,7 @@ package ipamapi_test
 
 import (
 	"context"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"net"
@@ -125,9 +126,14 @@ func TestErrorClasses(t *testing.T) {
 	expectClass(g, err, ipamapi.ClassTransient, "HTTP 502")
 	g.Expect(ipamapi.IsTransient(err)).To(BeTrue())
 
+	g.Expect(s.FailNext(1, http.StatusInternalServerError, `{"message":"Could not register address: {\"prefix\":[\"Duplicate prefix found\"]}"}`)).To(Succeed())
+	_, err = c.Register(ctx, req("x", "inet", ipamapi.FamilyIPv4, ""))
+	expectClass(g, err, ipamapi.ClassTransient, "Duplicate prefix found")
+
 	g.Expect(s.FailNext(1, http.StatusInternalServerError, `{"message":"Could not register address: failed to save address: mongo down"}`)).To(Succeed())
 	_, err = c.Register(ctx, req("x", "inet", ipamapi.FamilyIPv4, ""))
-	expectClass(g, err, ipamapi.ClassTransient, "failed to save address")
+	expectClass(g, err, ipamapi.ClassBackendFailing, "failed to save address")
+	g.Expect(ipamapi.IsTransient(err)).To(BeTrue())
 
 	s.SetDown(true)
 	_, err = c.Register(ctx, req("x", "inet", ipamapi.FamilyIPv4, ""))
@@ -285,4 +291,141 @@ func TestSecretNeverPrints(t *testing.T) {
 		g.Expect(s).NotTo(ContainSubstring("new-secret-value-99"))
 	}
 	g.Expect(r.Secret.String()).To(Equal("[redacted]"))
+}
+
+// fixedAnswer serves one status, content type and body to every request.
+func fixedAnswer(t *testing.T, status int, ctype, body string) *ipamapi.HTTPClient {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", ctype)
+		w.WriteHeader(status)
+		_, _ = w.Write([]byte(body))
+	}))
+	t.Cleanup(srv.Close)
+	c, err := ipamapi.NewClient(srv.URL, ipamapi.Options{Timeout: time.Second})
+	NewWithT(t).Expect(err).NotTo(HaveOccurred())
+	return c
+}
+
+// Every answer the IPAM-API (or something in front of it) gives on failure, and its class.
+func TestClassification(t *testing.T) {
+	const (
+		js   = "application/json; charset=utf-8"
+		html = "text/html; charset=utf-8"
+		sel  = `server selection error: server selection timeout, current topology: { Type: Unknown, Servers: [{ Addr: ipam-system-mongodb:27017, Type: Unknown, Last error: dial tcp 10.96.112.34:27017: connect: connection refused }, ] }`
+	)
+	msg := func(m string) string {
+		b, err := json.Marshal(map[string]string{"message": m})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	for _, tc := range []struct {
+		name   string
+		status int
+		ctype  string
+		body   string
+		class  ipamapi.Class
+	}{
+		// 400
+		{"NetBox down behind ingress-nginx", 400, js, msg("failed to fetch zones: <html>\r\n<head><title>503 Service Temporarily Unavailable</title></head>\r\n<body>\r\n<center><h1>503 Service Temporarily Unavailable</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>"), ipamapi.ClassBackendFailing},
+		{"NetBox refuses connections", 400, js, msg(`failed to fetch zones: Get "https://netbox.example/api/extras/custom-field-choice-sets/?q=k8s_zone_choices": dial tcp 10.0.0.7:443: connect: connection refused`), ipamapi.ClassBackendFailing},
+		{"NetBox answers an empty body", 400, js, msg("failed to fetch zones: "), ipamapi.ClassBackendFailing},
+		{"no prefixes for inet ipv4 (loading)", 400, js, msg("no prefixes found for zone inet with IP family ipv4"), ipamapi.ClassNoPrefixes},
+		{"no prefixes for hnet-private ipv6", 400, js, msg("no prefixes found for zone hnet-private with IP family ipv6"), ipamapi.ClassNoPrefixes},
+		{"parse error", 400, js, msg("Could not parse incomming request"), ipamapi.ClassValidation},
+		{"validator", 400, js, msg("Key: 'IpamAPIRequest.Secret' Error:Field validation for 'Secret' failed on the 'min' tag"), ipamapi.ClassValidation},
+		{"retention", 400, js, msg("retention period cannot be more than 30 days"), ipamapi.ClassValidation},
+		{"invalid zone", 400, js, msg("invalid zone 'nowhere', must be one of: 'inet', 'hnet-private', 'hnet-public'"), ipamapi.ClassValidation},
+		{"invalid zone named like a backend failure", 400, js, msg("invalid zone 'failed to fetch zones', must be one of: 'inet'"), ipamapi.ClassValidation},
+		{"invalid ip prefix", 400, js, msg("invalid ip prefix: nope"), ipamapi.ClassValidation},
+		{"wrong family", 400, js, msg("invalid ip familiy for the provided address"), ipamapi.ClassValidation},
+		{"a proxy's 400 page", 400, html, "<html><body><h1>400 Bad Request</h1>Request Header Or Cookie Too Large</body></html>", ipamapi.ClassUnexpectedResponse},
+		// 404
+		{"not held: no matching address", 404, js, msg("Could not deregister service: no matching address found with the provivded secret, zone and address"), ipamapi.ClassNotHeld},
+		{"not held: service does not exist", 404, js, msg("Could not deregister service: service does not exist for this address"), ipamapi.ClassNotHeld},
+		{"MongoDB down on release", 404, js, msg("Could not deregister service: failed to read address document: " + sel), ipamapi.ClassBackendFailing},
+		{"MongoDB fails writing the release", 404, js, msg("Could not deregister service: failed to update services array: connection pool cleared"), ipamapi.ClassBackendFailing},
+		{"a proxy's JSON 404", 404, js, msg("no Route matched with those values"), ipamapi.ClassUnexpectedResponse},
+		{"a gateway's JSON 404 Not Found", 404, js, msg("Not Found"), ipamapi.ClassUnexpectedResponse},
+		{"a proxy's HTML 404", 404, html, "<html>404 Not Found</html>", ipamapi.ClassUnexpectedResponse},
+		// 500
+		{"MongoDB down on register", 500, js, msg("failed to query address documents: " + sel), ipamapi.ClassBackendFailing},
+		{"MongoDB down on update", 500, js, msg("Could not register address: failed to read address document: " + sel), ipamapi.ClassBackendFailing},
+		{"MongoDB fails decoding", 500, js, msg("failed to decode address document: EOF"), ipamapi.ClassBackendFailing},
+		{"MongoDB fails saving", 500, js, msg("Could not register address: failed to save address: " + sel), ipamapi.ClassBackendFailing},
+		{"MongoDB fails updating", 500, js, msg("Could not register address: failed to update address: write concern error"), ipamapi.ClassBackendFailing},
+		{"wrong secret", 500, js, msg("Could not register address: no matching address found with the provided secret, zone and address"), ipamapi.ClassWrongSecret},
+		{"not in zone", 500, js, msg("Could not register address: the requested address is not valid for the provided zone"), ipamapi.ClassNotInZone},
+		{"exhausted", 500, js, msg("Could not register address: no available prefix found for zone inet_v4"), ipamapi.ClassExhausted},
+		{"rotation: several holders", 500, js, msg("Could not register address: multiple services registered. unable to change secret"), ipamapi.ClassRotationRefused},
+		{"rotation: mismatch", 500, js, msg("Could not register address: service mismatch. unable to change secret"), ipamapi.ClassRotationRefused},
+		{"NetBox refuses a prefix", 500, js, msg(`Could not register address: {"prefix":["Duplicate prefix found in global table: 10.0.0.1/32"]}`), ipamapi.ClassTransient},
+		{"a proxy's 500 page", 500, html, "<html>500 Internal Server Error</html>", ipamapi.ClassTransient},
+		// others
+		{"bad gateway", 502, html, "<html>502 Bad Gateway</html>", ipamapi.ClassTransient},
+		{"unavailable", 503, js, msg("maintenance"), ipamapi.ClassTransient},
+		{"catch-all page", 200, html, "<html>Vitistack IPAM-API</html>", ipamapi.ClassUnexpectedResponse},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			c := fixedAnswer(t, tc.status, tc.ctype, tc.body)
+			_, err := c.Release(context.Background(), req("a", "inet", ipamapi.FamilyIPv4, "10.0.0.1"))
+			expectClass(g, err, tc.class, fmt.Sprintf("HTTP %d", tc.status))
+			g.Expect(ipamapi.IsTransient(err)).To(Equal(tc.class == ipamapi.ClassTransient || tc.class == ipamapi.ClassBackendFailing))
+			g.Expect(ipamapi.IsNotHeld(err)).To(Equal(tc.class == ipamapi.ClassNotHeld))
+		})
+	}
+}
+
+// The client against the stand-in with each backend failure on: the class, and that
+// nothing happened on the server.
+func TestBackendFailuresOfTheStandIn(t *testing.T) {
+	ctx := context.Background()
+	g := NewWithT(t)
+	s, c := standIn(t)
+	held, err := c.Register(ctx, req("a", "inet", ipamapi.FamilyIPv4, ""))
+	g.Expect(err).NotTo(HaveOccurred())
+	before := s.Registrations()
+
+	check := func(class ipamapi.Class, regText, relText string) {
+		t.Helper()
+		_, err := c.Register(ctx, req("b", "inet", ipamapi.FamilyIPv4, ""))
+		expectClass(g, err, class, regText)
+		_, err = c.Register(ctx, req("a", "inet", ipamapi.FamilyIPv4, ""))
+		expectClass(g, err, class, regText)
+		_, err = c.Release(ctx, req("a", "inet", ipamapi.FamilyIPv4, held.Address))
+		expectClass(g, err, class, relText)
+		g.Expect(ipamapi.IsNotHeld(err)).To(BeFalse())
+		g.Expect(s.Registrations()).To(Equal(before))
+	}
+
+	s.SetNetBoxDown(true, "")
+	check(ipamapi.ClassBackendFailing, "HTTP 400: failed to fetch zones: <html>", "HTTP 400: failed to fetch zones: <html>")
+	s.SetNetBoxDown(true, "upstream connect error or disconnect/reset before headers")
+	_, err = c.Release(ctx, req("a", "inet", ipamapi.FamilyIPv4, held.Address))
+	expectClass(g, err, ipamapi.ClassBackendFailing, "failed to fetch zones: upstream connect error")
+	g.Expect(ipamapi.IsTransient(err)).To(BeTrue())
+	s.ClearFaults()
+
+	s.SetPrefixesLoading(true)
+	check(ipamapi.ClassNoPrefixes, "HTTP 400: no prefixes found for zone inet with IP family ipv4", "HTTP 400: no prefixes found for zone inet with IP family ipv4")
+	_, err = c.Register(ctx, req("a", "inet", ipamapi.FamilyIPv4, ""))
+	g.Expect(ipamapi.IsTransient(err)).To(BeFalse(), "the caller decides whether no prefixes is transient")
+	s.ClearFaults()
+
+	g.Expect(s.SetMongoDown(true, 50*time.Millisecond)).To(Succeed())
+	check(ipamapi.ClassBackendFailing, "HTTP 500: failed to query address documents: server selection error: ",
+		"HTTP 404: Could not deregister service: failed to read address document: server selection error: ")
+	_, err = c.Release(ctx, req("a", "inet", ipamapi.FamilyIPv4, held.Address))
+	g.Expect(ipamapi.IsTransient(err)).To(BeTrue())
+	s.ClearFaults()
+
+	// Back to normal: the same identity gets its address back and can release it.
+	again, err := c.Register(ctx, req("a", "inet", ipamapi.FamilyIPv4, ""))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(again.Address).To(Equal(held.Address))
+	_, err = c.Release(ctx, req("a", "inet", ipamapi.FamilyIPv4, held.Address))
+	g.Expect(err).NotTo(HaveOccurred())
 }

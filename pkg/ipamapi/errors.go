@@ -11,9 +11,20 @@ import (
 type Class string
 
 const (
-	// ClassValidation is a 400: the request is not acceptable (zone, family, secret
-	// length, address, retention). A user must change the pool, claim or secret.
+	// ClassValidation is a 400 that is the caller's fault: the request is not acceptable
+	// (secret length, zone, family, address, retention) — or a request the client
+	// refused to send for the same reasons. A user must change the pool, claim or
+	// secret. A 400 "failed to fetch zones" (ClassBackendFailing) and a 400 "no
+	// prefixes found" (ClassNoPrefixes) are not this class.
 	ClassValidation Class = "Validation"
+	// ClassNoPrefixes is the 400 "no prefixes found for zone <zone> with IP family
+	// <family>": the IPAM-API knows the zone but has no container of that family. Either
+	// the zone really has none (the user's fault, like ClassValidation) or the IPAM-API
+	// restarted and has not loaded its zone containers yet (transient, gone within
+	// seconds). The client cannot tell; the caller decides — treat it as transient
+	// (retry with back-off) when the same zone and family worked before, else as a
+	// validation error. It proves nothing about what is held (nothing was looked up).
+	ClassNoPrefixes Class = "NoPrefixes"
 	// ClassNotHeld is one of the two 404s of a release: the address is not held by this
 	// secret and identity (already released or never registered). Release treats it as
 	// success.
@@ -29,8 +40,18 @@ const (
 	// ClassRotationRefused is a 500 "unable to change secret": the address is shared or
 	// held by another service, so its secret cannot be rotated.
 	ClassRotationRefused Class = "RotationRefused"
+	// ClassBackendFailing means the IPAM-API's own backend (NetBox or MongoDB) is
+	// failing: retry with back-off (IsTransient is true). It is never the caller's
+	// fault and never proves anything about what is held — keep finalizers. Answers:
+	// 400 "failed to fetch zones: ..." (NetBox), 500 with a MongoDB failure
+	// ("failed to query address documents: ...", "failed to read address document: ...",
+	// "failed to save address: ...", "server selection error" and the like), and any
+	// 404 "Could not deregister service: ..." other than the two ClassNotHeld ones
+	// (e.g. "...: failed to read address document: ..." while MongoDB is down).
+	ClassBackendFailing Class = "BackendFailing"
 	// ClassUnexpectedResponse is an answer that is not the IPAM-API's (for example the
-	// HTML catch-all page that answers a wrong URL with 200). The endpoint is wrong.
+	// HTML catch-all page that answers a wrong URL with 200, or a proxy's 404). The
+	// endpoint is wrong.
 	ClassUnexpectedResponse Class = "UnexpectedResponse"
 	// ClassTransient is a connection error, a timeout or another 5xx: retry with back-off.
 	ClassTransient Class = "Transient"
@@ -72,8 +93,15 @@ func ClassOf(err error) Class {
 
 func asError(err error, target **Error) bool { return errors.As(err, target) }
 
-// IsTransient reports whether err is worth retrying unchanged.
-func IsTransient(err error) bool { return ClassOf(err) == ClassTransient }
+// IsTransient reports whether err is worth retrying unchanged: ClassTransient and
+// ClassBackendFailing. ClassNoPrefixes is not included; the caller decides (see there).
+func IsTransient(err error) bool {
+	switch ClassOf(err) {
+	case ClassTransient, ClassBackendFailing:
+		return true
+	}
+	return false
+}
 
 // IsNotHeld reports whether a release found nothing to release.
 func IsNotHeld(err error) bool { return ClassOf(err) == ClassNotHeld }
@@ -89,18 +117,53 @@ const (
 	msgNotValidForZone   = "the requested address is not valid for the provided zone"
 	msgNoAvailablePrefix = "no available prefix found for zone"
 	msgUnableToChange    = "unable to change secret"
+	msgNoPrefixes        = "no prefixes found for zone "
+	msgFetchZones        = "failed to fetch zones"
+	msgDeregisterPrefix  = "Could not deregister service: "
 )
+
+// mongoFailures are the texts of the real server's MongoDB failures (its storage
+// layer's wrappers and the driver's own), any of which in a 500 means the backend is
+// failing.
+var mongoFailures = []string{
+	"failed to query address documents",
+	"failed to read address document",
+	"failed to decode address document",
+	"failed to save address",
+	"failed to update address",
+	"failed to update services array",
+	"server selection error",
+}
+
+func isMongoFailure(msg string) bool {
+	for _, m := range mongoFailures {
+		if strings.Contains(msg, m) {
+			return true
+		}
+	}
+	return false
+}
 
 // classify sorts a non-2xx answer.
 func classify(op string, status int, msg string) *Error {
 	e := &Error{Op: op, StatusCode: status, Message: msg, Class: ClassTransient}
 	switch {
+	case status == 400 && strings.HasPrefix(msg, msgFetchZones):
+		// The zone list is read from NetBox before anything is validated.
+		e.Class = ClassBackendFailing
+	case status == 400 && strings.HasPrefix(msg, msgNoPrefixes):
+		e.Class = ClassNoPrefixes
 	case status == 400:
 		e.Class = ClassValidation
 	case status == 404 && (strings.Contains(msg, msgNotHeldNoMatch) || strings.Contains(msg, msgNotHeldNoService)):
 		// Only the IPAM-API's own two 404s mean "not held": a 404 from a proxy or gateway
 		// in front of it must not count as a release.
 		e.Class = ClassNotHeld
+	case status == 404 && (strings.HasPrefix(msg, msgDeregisterPrefix) || isMongoFailure(msg)):
+		// The IPAM-API answers every failed release with 404; any reason but the two
+		// above is its storage failing (MongoDB unreachable: "failed to read address
+		// document: server selection error: ...").
+		e.Class = ClassBackendFailing
 	case status == 404:
 		e.Class = ClassUnexpectedResponse
 	case status == 500 && strings.Contains(msg, msgNoMatchingAddress):
@@ -111,6 +174,8 @@ func classify(op string, status int, msg string) *Error {
 		e.Class = ClassExhausted
 	case status == 500 && strings.Contains(msg, msgUnableToChange):
 		e.Class = ClassRotationRefused
+	case status == 500 && isMongoFailure(msg):
+		e.Class = ClassBackendFailing
 	case status >= 200 && status < 400:
 		// Success without the IPAM-API's JSON, or a redirect: a wrong endpoint.
 		e.Class = ClassUnexpectedResponse

@@ -432,3 +432,76 @@ func TestConcurrencyTrap(t *testing.T) {
 		}},
 	})
 }
+
+// Answers of the real server while its own dependencies fail (docs/ipam-api.md, "When
+// its own dependencies fail"), byte-exact as the stand-in gives them with its default
+// texts.
+const (
+	netboxDown = `{"message":"failed to fetch zones: \u003chtml\u003e\r\n\u003chead\u003e\u003ctitle\u003e503 Service Temporarily Unavailable\u003c/title\u003e\u003c/head\u003e\r\n` +
+		`\u003cbody\u003e\r\n\u003ccenter\u003e\u003ch1\u003e503 Service Temporarily Unavailable\u003c/h1\u003e\u003c/center\u003e\r\n\u003chr\u003e\u003ccenter\u003enginx\u003c/center\u003e\r\n\u003c/body\u003e\r\n\u003c/html\u003e"}`
+	noPrefixesLoading = `{"message":"no prefixes found for zone hnet-private with IP family ipv4"}`
+	mongoDownPOST     = `{"message":"failed to query address documents: server selection error: server selection timeout, current topology: { Type: Unknown, Servers: [{ Addr: ipam-system-mongodb:27017, Type: Unknown, Last error: dial tcp 10.96.112.34:27017: connect: connection refused }, ] }"}`
+	mongoDownDELETE   = `{"message":"Could not deregister service: failed to read address document: server selection error: server selection timeout, current topology: { Type: Unknown, Servers: [{ Addr: ipam-system-mongodb:27017, Type: Unknown, Last error: dial tcp 10.96.112.34:27017: connect: connection refused }, ] }"}`
+)
+
+func TestBackendFailures(t *testing.T) {
+	set := func(fn func(s *sim.Server)) step {
+		return step{do: func(g Gomega, c *caseRun) { fn(c.tg.sim) }}
+	}
+	unchanged := holders("n1")
+	notReleased := func(g Gomega, c *caseRun) {
+		holders("n1")(g, c)
+		g.Expect(c.tg.sim.Holders(c.vars["A"])[0].ExpiresAt).To(BeNil())
+		g.Expect(c.tg.sim.Registrations()).To(HaveLen(1))
+	}
+	runCases(t, []contractCase{
+		{name: "NetBox down: every POST and DELETE answers 400 failed to fetch zones", simOnly: "needs a failing NetBox", steps: []step{
+			first,
+			set(func(s *sim.Server) { s.SetNetBoxDown(true, "") }),
+			{body: regN1S1, status: 400, want: netboxDown},
+			{body: regN2S1, status: 400, want: netboxDown},
+			{body: addrN2S1, status: 400, want: netboxDown, simCheck: unchanged},
+			{method: "DELETE", body: relN1S1, status: 400, want: netboxDown, simCheck: notReleased},
+			{path: "/", body: regN2S2, status: 400, want: netboxDown},
+			{method: "DELETE", path: "/", body: relN1S1, status: 400, want: netboxDown, simCheck: notReleased},
+			{body: `{}`, status: 400, want: netboxDown},
+			{method: "DELETE", body: `{"secret":"{{s1}}","zone":"nowhere","ip_family":"ipv4","address":"{{A}}","service":{"service_name":"{{n1}}","namespace_id":"{{ns}}","cluster_id":"{{cl}}"}}`,
+				status: 400, want: netboxDown},
+			{body: `[`, status: 400, want: parseErr},
+			{method: "GET", path: "/v2/address", status: 200, ctype: htmlCT, want: sim.CatchAllHTML},
+			set(func(s *sim.Server) { s.SetNetBoxDown(false, "") }),
+			{body: regN1S1, status: 200, want: updatedA},
+		}},
+		{name: "NetBox down: the body is NetBox's answer", simOnly: "needs a failing NetBox", steps: []step{
+			set(func(s *sim.Server) { s.SetNetBoxDown(true, `{"detail":"Invalid token"}`) }),
+			{body: regN1S1, status: 400, want: `{"message":"failed to fetch zones: {\"detail\":\"Invalid token\"}"}`},
+		}},
+		{name: "prefixes not loaded yet: 400 no prefixes found for a zone that exists", simOnly: "needs a restarting IPAM-API", steps: []step{
+			first,
+			set(func(s *sim.Server) { s.SetPrefixesLoading(true) }),
+			{body: regN1S1, status: 400, want: noPrefixesLoading},
+			{body: addrN2S1, status: 400, want: noPrefixesLoading, simCheck: unchanged},
+			{method: "DELETE", body: relN1S1, status: 400, want: noPrefixesLoading, simCheck: notReleased},
+			{path: "/", body: `{"secret":"{{s1}}","zone":"inet","ip_family":"ipv6","service":{"service_name":"{{n1}}","namespace_id":"{{ns}}","cluster_id":"{{cl}}"}}`,
+				status: 400, want: `{"message":"no prefixes found for zone inet with IP family ipv6"}`},
+			{body: `{"secret":"{{s1}}","zone":"nowhere","ip_family":"ipv4","service":{"service_name":"{{n1}}","namespace_id":"{{ns}}","cluster_id":"{{cl}}"}}`,
+				status: 400, want: invalidZone},
+			set(func(s *sim.Server) { s.SetPrefixesLoading(false) }),
+			{method: "DELETE", body: relN1S1, status: 200, want: releasedA},
+		}},
+		{name: "MongoDB down: POST 500, DELETE 404, nothing done", simOnly: "needs a failing MongoDB", steps: []step{
+			first,
+			set(func(s *sim.Server) { _ = s.SetMongoDown(true, 0) }),
+			{body: regN1S1, status: 500, want: mongoDownPOST},
+			{body: regN2S1, status: 500, want: mongoDownPOST},
+			{body: addrN2S1, status: 500, want: mongoDownPOST, simCheck: unchanged},
+			{method: "DELETE", body: relN1S1, status: 404, want: mongoDownDELETE, simCheck: notReleased},
+			{method: "DELETE", path: "/", body: relN1S1, status: 404, want: mongoDownDELETE, simCheck: notReleased},
+			{body: `{"secret":"{{s1}}","zone":"nowhere","ip_family":"ipv4","service":{"service_name":"{{n1}}","namespace_id":"{{ns}}","cluster_id":"{{cl}}"}}`,
+				status: 400, want: invalidZone},
+			set(func(s *sim.Server) { s.ClearFaults() }),
+			{body: regN1S1, status: 200, want: updatedA},
+			{method: "DELETE", body: relN1S1, status: 200, want: releasedA},
+		}},
+	})
+}

@@ -68,6 +68,12 @@ type Config struct {
 	StateFile string
 	// RandSeed seeds the random source used for jitter and fault rates; 0 means random.
 	RandSeed uint64
+	// PrefixLoadDelay is how long after NewServer (and after every Reset) the zone
+	// containers count as not loaded yet, like the real server's asynchronous load at
+	// start: validation answers 400 "no prefixes found for zone <zone> with IP family
+	// <family>" for every zone (see Faults.PrefixesLoading). Measured on Clock. Zero
+	// means loaded from the start.
+	PrefixLoadDelay time.Duration
 }
 
 // LoadZonesFile reads a zone file in YAML or JSON (see ZonesFile) and checks it.

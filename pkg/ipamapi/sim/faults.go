@@ -3,7 +3,10 @@ package sim
 import (
 	"encoding/json"
 	"net/http"
+	"reflect"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/pkg/errors"
@@ -36,9 +39,31 @@ const (
 )
 
 // Faults is the fault-injection setting. The zero value injects nothing.
-// For each request the order is: Down, drop-before, injected error, processing
-// (with Latency between lookup and commit), drop-after. One-shot counters (…Next) are
-// consumed before the rates are rolled.
+//
+// For each request the order is:
+//  1. Down: the connection is closed (every route).
+//  2. drop-before (DropBeforeNext, then DropBeforeRate): the connection is closed.
+//  3. injected error (ErrorNext, then ErrorRate): ErrorStatus and ErrorBody.
+//  4. processing. On the live routes (POST /v2/address, DELETE /v2/service and the
+//     legacy POST / and DELETE /) this is the real handler's order:
+//     a. body not decodable: 400 "Could not parse incomming request";
+//     b. NetBoxDown: 400 "failed to fetch zones: <NetBoxBody>" (the real ValidateRequest
+//     reads the zone list from NetBox before any other check);
+//     c. validation steps 2-6, where PrefixesLoading (or the first
+//     Config.PrefixLoadDelay after start or Reset) makes step 6 answer
+//     "no prefixes found for zone <zone> with IP family <family>" for every zone;
+//     d. MongoDown: after MongoHang, POST answers 500 "failed to query address
+//     documents: server selection error: ..." and DELETE 404 "Could not deregister
+//     service: failed to read address document: server selection error: ...";
+//     e. lookup, Latency, commit.
+//     Latency is also added before the answers of a to d. Nothing is committed by a to d.
+//  5. drop-after (DropAfterNext, then DropAfterRate): whatever step 4 did stays done,
+//     the connection is closed instead of answering.
+//
+// One-shot counters (…Next) are consumed before the rates are rolled. Routes restricts
+// steps 2, 3 and 5 and Latency; Down and the backend faults (NetBoxDown,
+// PrefixesLoading, MongoDown), which are states of the server rather than of a request,
+// ignore it.
 type Faults struct {
 	// Latency plus a uniform random extra in [0, LatencyJitter] is added to every
 	// matching request; for register/release it sits between lookup and commit (the
@@ -62,54 +87,120 @@ type Faults struct {
 	// Down closes the connection of every request on every route (like an unreachable
 	// backend behind a gateway), regardless of Routes.
 	Down bool `json:"down,omitempty"`
-	// Routes restricts all faults except Down to these routes; empty means all routes.
+	// NetBoxDown makes every POST and DELETE on the live routes whose body decodes
+	// answer 400 {"message":"failed to fetch zones: <NetBoxBody>"}: the real server
+	// reads the zone list from NetBox on every request, before it validates anything.
+	// NetBoxBody is the text NetBox (or the proxy in front of it) answered, as the real
+	// server's HTTP client returns it (whitespace-trimmed); empty means
+	// DefaultNetBoxBody. For a NetBox that cannot be connected to at all, use the Go
+	// transport error, e.g. `Get "https://netbox.example/api/...": dial tcp
+	// 10.0.0.7:443: connect: connection refused`.
+	NetBoxDown bool   `json:"netbox_down,omitempty"`
+	NetBoxBody string `json:"netbox_body,omitempty"`
+	// PrefixesLoading makes validation step 6 fail for every zone and family, as right
+	// after a restart of the real server, whose zone containers are loaded
+	// asynchronously: 400 "no prefixes found for zone <zone> with IP family <family>".
+	// Config.PrefixLoadDelay does the same for a while after start and Reset.
+	PrefixesLoading bool `json:"prefixes_loading,omitempty"`
+	// MongoDown makes requests that pass validation wait MongoHang (the real driver's
+	// server selection timeout is 30s) and then fail: POST with 500
+	// "failed to query address documents: <MongoSelectionError>", DELETE with 404
+	// "Could not deregister service: failed to read address document: <MongoSelectionError>".
+	MongoDown bool          `json:"mongo_down,omitempty"`
+	MongoHang time.Duration `json:"-"`
+	// Routes restricts the per-request faults (drops, injected errors, Latency) to
+	// these routes; empty means all routes.
 	Routes []Route `json:"routes,omitempty"`
+}
+
+// DefaultNetBoxBody is Faults.NetBoxBody when it is empty: the page ingress-nginx
+// answers (503) for a NetBox without ready endpoints, trimmed like the real server's
+// HTTP client (resty) does.
+const DefaultNetBoxBody = "<html>\r\n<head><title>503 Service Temporarily Unavailable</title></head>\r\n<body>\r\n" +
+	"<center><h1>503 Service Temporarily Unavailable</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>"
+
+// MongoSelectionError is the MongoDB Go driver's error after its 30s server selection
+// timeout when the database (the chart's ipam-system-mongodb service) refuses
+// connections; Faults.MongoDown answers with it.
+const MongoSelectionError = "server selection error: server selection timeout, current topology: { Type: Unknown, " +
+	"Servers: [{ Addr: ipam-system-mongodb:27017, Type: Unknown, Last error: dial tcp 10.96.112.34:27017: connect: connection refused }, ] }"
+
+// durationField is a Faults field that travels in JSON as a Go duration string.
+type durationField struct {
+	name string
+	d    *time.Duration
+}
+
+func (f *Faults) durationFields() []durationField {
+	return []durationField{{"latency", &f.Latency}, {"latency_jitter", &f.LatencyJitter}, {"mongo_hang", &f.MongoHang}}
 }
 
 // MarshalJSON encodes durations as Go duration strings ("150ms").
 func (f Faults) MarshalJSON() ([]byte, error) {
 	type plain Faults
-	out := struct {
-		plain
-		Latency       string `json:"latency,omitempty"`
-		LatencyJitter string `json:"latency_jitter,omitempty"`
-	}{plain: plain(f)}
-	if f.Latency != 0 {
-		out.Latency = f.Latency.String()
+	b, err := json.Marshal(plain(f))
+	if err != nil {
+		return nil, errors.Wrap(err, "encoding faults")
 	}
-	if f.LatencyJitter != 0 {
-		out.LatencyJitter = f.LatencyJitter.String()
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, errors.Wrap(err, "encoding faults")
 	}
-	b, err := json.Marshal(out)
+	for _, d := range f.durationFields() {
+		if *d.d != 0 {
+			m[d.name] = json.RawMessage(strconv.Quote(d.d.String()))
+		}
+	}
+	b, err = json.Marshal(m)
 	return b, errors.Wrap(err, "encoding faults")
 }
 
 // UnmarshalJSON accepts durations as Go duration strings ("150ms", "2s").
 func (f *Faults) UnmarshalJSON(b []byte) error {
 	type plain Faults
-	var in struct {
-		plain
-		Latency       string `json:"latency"`
-		LatencyJitter string `json:"latency_jitter"`
-	}
+	var in plain
 	if err := json.Unmarshal(b, &in); err != nil {
 		return errors.Wrap(err, "decoding faults")
 	}
-	*f = Faults(in.plain)
-	for _, d := range []struct {
-		s   string
-		dst *time.Duration
-	}{{in.Latency, &f.Latency}, {in.LatencyJitter, &f.LatencyJitter}} {
-		if d.s == "" {
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return errors.Wrap(err, "decoding faults")
+	}
+	*f = Faults(in)
+	for _, d := range f.durationFields() {
+		var s string
+		if v, ok := raw[d.name]; ok {
+			if err := json.Unmarshal(v, &s); err != nil {
+				return errors.Wrapf(err, "decoding faults: %s must be a duration string like \"150ms\"", d.name)
+			}
+		}
+		if s == "" {
 			continue
 		}
-		v, err := time.ParseDuration(d.s)
+		v, err := time.ParseDuration(s)
 		if err != nil {
-			return errors.Wrapf(err, "decoding faults: duration %q", d.s)
+			return errors.Wrapf(err, "decoding faults: %s %q", d.name, s)
 		}
-		*d.dst = v
+		*d.d = v
 	}
 	return nil
+}
+
+// FaultFields lists the JSON names of every Faults field (what PUT /faults accepts).
+func FaultFields() []string {
+	var out []string
+	t := reflect.TypeFor[Faults]()
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		if name != "" && name != "-" {
+			out = append(out, name)
+		}
+	}
+	for _, d := range (&Faults{}).durationFields() {
+		out = append(out, d.name)
+	}
+	slices.Sort(out)
+	return out
 }
 
 func (f *Faults) validate() error {
@@ -120,6 +211,9 @@ func (f *Faults) validate() error {
 	}
 	if f.Latency < 0 || f.LatencyJitter < 0 {
 		return errors.New("negative latency")
+	}
+	if f.MongoHang < 0 {
+		return errors.New("negative mongo_hang")
 	}
 	if f.ErrorStatus != 0 && (f.ErrorStatus < 100 || f.ErrorStatus > 999) {
 		return errors.Errorf("invalid error status %d", f.ErrorStatus)
@@ -140,6 +234,16 @@ type decision struct {
 	status     int
 	body       string
 	ctype      string
+	backend    backendState
+}
+
+// backendState is the state of the real server's own dependencies for one request.
+type backendState struct {
+	netboxDown      bool
+	netboxBody      string
+	prefixesLoading bool
+	mongoDown       bool
+	mongoHang       time.Duration
 }
 
 // SetFaults replaces the whole fault setting.
@@ -163,7 +267,8 @@ func (s *Server) Faults() Faults {
 	return f
 }
 
-// ClearFaults removes every injected fault (exhaustion switches are kept).
+// ClearFaults removes every injected fault, the backend faults included (exhaustion
+// switches and a running Config.PrefixLoadDelay are kept).
 func (s *Server) ClearFaults() {
 	s.fmu.Lock()
 	defer s.fmu.Unlock()
@@ -226,7 +331,38 @@ func (s *Server) SetDown(down bool) {
 	_ = s.updateFaults(func(f *Faults) { f.Down = down })
 }
 
-// SetFaultRoutes restricts faults (except Down) to the given routes; none means all.
+// SetNetBoxDown makes every live request answer 400 "failed to fetch zones: <body>"
+// while down is true (see Faults.NetBoxDown); body "" means DefaultNetBoxBody.
+func (s *Server) SetNetBoxDown(down bool, body string) {
+	_ = s.updateFaults(func(f *Faults) { f.NetBoxDown, f.NetBoxBody = down, body })
+}
+
+// SetPrefixesLoading makes validation answer 400 "no prefixes found for zone ..." for
+// every zone and family while loading is true (see Faults.PrefixesLoading).
+func (s *Server) SetPrefixesLoading(loading bool) {
+	_ = s.updateFaults(func(f *Faults) { f.PrefixesLoading = loading })
+}
+
+// SetMongoDown makes requests that pass validation fail as with an unreachable MongoDB,
+// each after hang (see Faults.MongoDown).
+func (s *Server) SetMongoDown(down bool, hang time.Duration) error {
+	return s.updateFaults(func(f *Faults) { f.MongoDown, f.MongoHang = down, hang })
+}
+
+// PrefixesLoaded reports whether the zone containers count as loaded: false while
+// Faults.PrefixesLoading is set or within Config.PrefixLoadDelay of start or Reset.
+func (s *Server) PrefixesLoaded() bool {
+	s.fmu.Lock()
+	defer s.fmu.Unlock()
+	return !s.prefixesLoadingLocked()
+}
+
+func (s *Server) prefixesLoadingLocked() bool {
+	return s.faults.PrefixesLoading || s.clock.Now().Before(s.prefixesReadyAt)
+}
+
+// SetFaultRoutes restricts the per-request faults (not Down nor the backend faults) to
+// the given routes; none means all.
 func (s *Server) SetFaultRoutes(routes ...Route) {
 	_ = s.updateFaults(func(f *Faults) { f.Routes = slices.Clone(routes) })
 }
@@ -235,7 +371,13 @@ func (s *Server) decide(route Route) decision {
 	s.fmu.Lock()
 	defer s.fmu.Unlock()
 	f := &s.faults
-	d := decision{down: f.Down}
+	d := decision{down: f.Down, backend: backendState{
+		netboxDown: f.NetBoxDown, netboxBody: f.NetBoxBody, prefixesLoading: s.prefixesLoadingLocked(),
+		mongoDown: f.MongoDown, mongoHang: f.MongoHang,
+	}}
+	if d.backend.netboxBody == "" {
+		d.backend.netboxBody = DefaultNetBoxBody
+	}
 	if d.down || (len(f.Routes) > 0 && !slices.Contains(f.Routes, route)) {
 		return d
 	}

@@ -25,6 +25,10 @@ type Stats struct {
 	Sweeps                   int `json:"sweeps"`
 	ExpiredHolders           int `json:"expired_holders"`
 	FreedAddresses           int `json:"freed_addresses"`
+	// BackendFailures counts answers produced by a backend fault (NetBoxDown,
+	// PrefixesLoading or Config.PrefixLoadDelay for a zone and family that has
+	// containers, MongoDown).
+	BackendFailures int `json:"backend_failures"`
 }
 
 // Count returns the number of requests on route answered with status (0 = dropped).
@@ -59,6 +63,8 @@ func (s *Server) record(rt Route, status int, outcome string) {
 		s.stats.DroppedAfter++
 	case "injected-error":
 		s.stats.InjectedErrors++
+	case outcomeNetBoxDown, outcomePrefixesLoading, outcomeMongoDown:
+		s.stats.BackendFailures++
 	}
 }
 
@@ -117,10 +123,14 @@ func (s *Server) HeldBy(ref ServiceRef) []Registration {
 	return out
 }
 
-// Reset forgets every registration, counter, fault and exhaustion switch.
+// Reset forgets every registration, counter, fault and exhaustion switch, and starts
+// Config.PrefixLoadDelay again (like a restart of the real server).
 // Requests in flight finish against the new, empty state.
 func (s *Server) Reset() {
-	s.ClearFaults()
+	s.fmu.Lock()
+	s.faults = Faults{}
+	s.prefixesReadyAt = s.clock.Now().Add(s.prefixLoadDelay)
+	s.fmu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.st = newStore()

@@ -27,6 +27,9 @@ const (
 	reasonNotInZone        = "the requested address is not valid for the provided zone"
 	reasonMultipleServices = "multiple services registered. unable to change secret"
 	reasonServiceMismatch  = "service mismatch. unable to change secret"
+	prefixFetchZones       = "failed to fetch zones: "
+	prefixQueryFailed      = "failed to query address documents: "
+	prefixReadFailed       = "failed to read address document: "
 )
 
 // apiService mirrors the real server's Service struct: same JSON names and Go types,
@@ -134,8 +137,26 @@ func familyOf(address string) (string, bool) {
 }
 
 // validate runs the checks of the real ValidateRequest in order and returns the 400
-// message of the first failure, or "".
-func (zt *zoneTable) validate(r *apiRequest) string {
+// message of the first failure, or "". With prefixesLoading the prefix cache is empty,
+// so the last check fails for every zone and family; loading reports that this is why
+// the request failed (the zone has containers of the family).
+func (zt *zoneTable) validate(r *apiRequest, prefixesLoading bool) (msg string, loading bool) {
+	msg = zt.validateZone(r)
+	if msg != "" {
+		return msg, false
+	}
+	noPrefixes := "no prefixes found for zone " + r.Zone + " with IP family " + r.IPFamily
+	if len(zt.containers[r.Zone][r.IPFamily]) == 0 {
+		return noPrefixes, false
+	}
+	if prefixesLoading {
+		return noPrefixes, true
+	}
+	return "", false
+}
+
+// validateZone is ValidateRequest up to (not including) the prefix-cache check.
+func (zt *zoneTable) validateZone(r *apiRequest) string {
 	if msg := structErrors(r); msg != "" {
 		return msg
 	}
@@ -157,9 +178,6 @@ func (zt *zoneTable) validate(r *apiRequest) string {
 		if fam != r.IPFamily {
 			return msgWrongFamily
 		}
-	}
-	if len(zt.containers[r.Zone][r.IPFamily]) == 0 {
-		return "no prefixes found for zone " + r.Zone + " with IP family " + r.IPFamily
 	}
 	return ""
 }

@@ -45,6 +45,10 @@ const CatchAllHTML = "\n\t\t<!DOCTYPE html>\n\t\t<html lang=\"en\">\n\t\t<head>\
 //   - A path that differs from an API route only by a trailing slash gets gin's
 //     RedirectTrailingSlash answer: 307 with Location and no body.
 //   - NetBox error texts (duplicate prefix, non-host prefix) are approximations.
+//   - Backend failures (Faults.NetBoxDown, PrefixesLoading, MongoDown and
+//     Config.PrefixLoadDelay) follow "When its own dependencies fail" in
+//     docs/ipam-api.md; their place in the order (after the body is decoded, NetBox
+//     before any validation) follows the public handler and ValidateRequest.
 type Server struct {
 	zones     *zoneTable
 	clock     clock.WithTicker
@@ -58,9 +62,12 @@ type Server struct {
 	exhausted map[string]bool
 	stats     Stats
 
-	fmu    sync.Mutex // guards faults and rnd
+	fmu    sync.Mutex // guards faults, rnd and prefixesReadyAt
 	faults Faults
 	rnd    *rand.Rand
+	// prefixLoadDelay and prefixesReadyAt: Config.PrefixLoadDelay from start or Reset.
+	prefixLoadDelay time.Duration
+	prefixesReadyAt time.Time
 }
 
 // flightKey identifies registrations that the real server would race on: the same
@@ -91,6 +98,9 @@ func NewServer(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, errors.Wrap(err, "invalid zone configuration")
 	}
+	if cfg.PrefixLoadDelay < 0 {
+		return nil, errors.New("negative prefix load delay")
+	}
 	s := &Server{
 		zones:     zt,
 		clock:     cfg.Clock,
@@ -101,10 +111,13 @@ func NewServer(cfg Config) (*Server, error) {
 		inflight:  map[flightKey]int{},
 		exhausted: map[string]bool{},
 		rnd:       newRand(cfg.RandSeed),
+
+		prefixLoadDelay: cfg.PrefixLoadDelay,
 	}
 	if s.clock == nil {
 		s.clock = clock.RealClock{}
 	}
+	s.prefixesReadyAt = s.clock.Now().Add(s.prefixLoadDelay)
 	if s.interval <= 0 {
 		s.interval = DefaultSweepInterval
 	}
@@ -186,9 +199,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var resp response
 	switch rt {
 	case RouteRegister, RouteLegacyRegister:
-		resp = s.register(r, d.latency)
+		resp = s.register(r, d)
 	case RouteRelease, RouteLegacyRelease:
-		resp = s.release(r, d.latency)
+		resp = s.release(r, d)
 	case RouteRedirect:
 		sleep(d.latency)
 		u := *r.URL
@@ -209,7 +222,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		dropConn(w)
 		return
 	}
-	finish(resp.status, "answered")
+	outcome := "answered"
+	if resp.backend != "" {
+		outcome = resp.backend
+	}
+	finish(resp.status, outcome)
 	w.Header().Set("Content-Type", resp.ctype)
 	w.WriteHeader(resp.status)
 	_, _ = w.Write(resp.body)
@@ -219,7 +236,17 @@ type response struct {
 	status int
 	ctype  string
 	body   []byte
+	// backend names the backend fault that produced the answer, if any (the outcome
+	// in the log and Stats.BackendFailures).
+	backend string
 }
+
+// Outcomes of answers produced by a backend fault.
+const (
+	outcomeNetBoxDown      = "netbox-down"
+	outcomePrefixesLoading = "prefixes-loading"
+	outcomeMongoDown       = "mongo-down"
+)
 
 // jsonResponse renders like gin's c.JSON: encoding/json.Marshal (HTML characters
 // escaped as \u003c etc., no trailing newline), Content-Type application/json; charset=utf-8.
@@ -242,14 +269,25 @@ func jsonResponse(status int, message, address string) response {
 
 func badRequest(msg string) response { return jsonResponse(http.StatusBadRequest, msg, "") }
 
-func (s *Server) decodeAndValidate(r *http.Request) (*apiRequest, *response) {
+// decodeAndValidate is the real handler up to its first MongoDB call: ShouldBindJSON,
+// then ValidateRequest, which reads the zone list from NetBox before any check and
+// consults the asynchronously loaded prefix cache last.
+func (s *Server) decodeAndValidate(r *http.Request, b backendState) (*apiRequest, *response) {
 	req, err := decodeRequest(r.Body)
 	if err != nil {
 		resp := badRequest(msgParseError)
 		return nil, &resp
 	}
-	if msg := s.zones.validate(req); msg != "" {
+	if b.netboxDown {
+		resp := badRequest(prefixFetchZones + b.netboxBody)
+		resp.backend = outcomeNetBoxDown
+		return nil, &resp
+	}
+	if msg, loading := s.zones.validate(req, b.prefixesLoading); msg != "" {
 		resp := badRequest(msg)
+		if loading {
+			resp.backend = outcomePrefixesLoading
+		}
 		return nil, &resp
 	}
 	return req, nil
@@ -264,11 +302,19 @@ const (
 	caseD                 // update/share a present address
 )
 
-func (s *Server) register(r *http.Request, latency time.Duration) response {
-	req, bad := s.decodeAndValidate(r)
+func (s *Server) register(r *http.Request, d decision) response {
+	latency := d.latency
+	req, bad := s.decodeAndValidate(r, d.backend)
 	if bad != nil {
 		sleep(latency)
 		return *bad
+	}
+	if d.backend.mongoDown {
+		// MongoDB ServiceAlreadyRegistered: server selection times out.
+		sleep(latency + d.backend.mongoHang)
+		resp := jsonResponse(http.StatusInternalServerError, prefixQueryFailed+MongoSelectionError, "")
+		resp.backend = outcomeMongoDown
+		return resp
 	}
 	sec := hashSecret(req.Secret)
 	key := flightKey{ref: req.ref(), zone: req.Zone, family: req.IPFamily}
@@ -424,11 +470,18 @@ func (s *Server) update(req *apiRequest, sec secretHash, address string) (string
 	return rec.address, ""
 }
 
-func (s *Server) release(r *http.Request, latency time.Duration) response {
-	req, bad := s.decodeAndValidate(r)
-	sleep(latency)
+func (s *Server) release(r *http.Request, d decision) response {
+	req, bad := s.decodeAndValidate(r, d.backend)
+	sleep(d.latency)
 	if bad != nil {
 		return *bad
+	}
+	if d.backend.mongoDown {
+		// MongoDB FindOne in SetServiceExpirationOnAddress: server selection times out.
+		sleep(d.backend.mongoHang)
+		resp := jsonResponse(http.StatusNotFound, prefixDeregisterError+prefixReadFailed+MongoSelectionError, "")
+		resp.backend = outcomeMongoDown
+		return resp
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -1,4 +1,4 @@
-package controllers
+package registrar
 
 import (
 	"crypto/sha256"
@@ -22,7 +22,7 @@ type Config struct {
 	// UID of the kube-system Namespace.
 	ClusterID string
 	// DefaultSecret is the Secret used when neither claim nor pool names one. It is
-	// created on first use.
+	// created on first use, in a namespace that must exist.
 	DefaultSecret types.NamespacedName
 	// RequestTimeout bounds every IPAM-API request.
 	RequestTimeout time.Duration
@@ -33,9 +33,23 @@ type Config struct {
 	// SubnetRecheckInterval is how long a subnet address found held by someone else is
 	// skipped before it is tried again.
 	SubnetRecheckInterval time.Duration
+	// SecretRecheckInterval is how often a claim the IPAM-API refused for a reason only
+	// a user can fix looks at its Secret again (Secrets are not watched); a change of
+	// the claim or its pool is seen at once.
+	SecretRecheckInterval time.Duration
 	// WatchFilterValue, if set, limits reconciliation to objects with the
 	// cluster.x-k8s.io/watch-filter label of this value.
 	WatchFilterValue string
+}
+
+// Quarantine is how long a registration without an answer may still complete on the
+// IPAM-API: twice the request timeout.
+func (c Config) Quarantine() time.Duration {
+	t := c.RequestTimeout
+	if t <= 0 {
+		t = ipamapi.DefaultTimeout
+	}
+	return 2 * t
 }
 
 // ClientFactory gives the IPAM-API client for an endpoint and CA bundle.

@@ -1,0 +1,274 @@
+package claim
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
+	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
+	"sigs.k8s.io/cluster-api/util/annotations"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"sigs.k8s.io/cluster-api-ipam-provider-in-cluster/pkg/ipamutil"
+	ipampredicates "sigs.k8s.io/cluster-api-ipam-provider-in-cluster/pkg/predicates"
+
+	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/index"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/record"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/registrar"
+)
+
+// +kubebuilder:rbac:groups=ipam.vitistack.io,resources=vitistackippools;globalvitistackippools,verbs=get;list;watch
+// +kubebuilder:rbac:groups=ipam.cluster.x-k8s.io,resources=ipaddressclaims,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=ipam.cluster.x-k8s.io,resources=ipaddressclaims/status,verbs=patch
+// +kubebuilder:rbac:groups=ipam.cluster.x-k8s.io,resources=ipaddressclaims/finalizers,verbs=update
+// +kubebuilder:rbac:groups=ipam.vitistack.io,resources=vitistackippools/finalizers;globalvitistackippools/finalizers,verbs=update
+// +kubebuilder:rbac:groups=ipam.cluster.x-k8s.io,resources=ipaddresses,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=clusters,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=secrets;configmaps,verbs=get
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=create
+// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Adapter plugs the Vitistack pools into ipamutil.ClaimReconciler.
+type Adapter struct {
+	*registrar.Registrar
+	// Recorder emits events on claims.
+	Recorder events.EventRecorder
+
+	// wake re-queues a claim at a chosen time (ipamutil keeps no result on errors).
+	wake chan event.GenericEvent
+	// subnets is what this process knows about subnet-mode candidates.
+	subnets subnetState
+}
+
+var _ ipamutil.ProviderAdapter = &Adapter{}
+
+// reconciliationTimeout bounds one reconcile of a claim, as Cluster API's builder
+// bounds the pool and Service reconciles.
+const reconciliationTimeout = time.Minute
+
+var poolKinds = []string{ipamv1alpha1.VitistackIPPoolKind, ipamv1alpha1.GlobalVitistackIPPoolKind}
+
+// SetupWithManager implements ipamutil.ProviderAdapter: it adds this provider's
+// claims, their IPAddresses and the pools to ipamutil's controller.
+func (a *Adapter) SetupWithManager(_ context.Context, b *ctrl.Builder) error {
+	var claimKinds, addressKinds []predicate.Predicate
+	for _, kind := range poolKinds {
+		gk := metav1.GroupKind{Group: ipamv1alpha1.GroupVersion.Group, Kind: kind}
+		claimKinds = append(claimKinds, ipampredicates.ClaimReferencesPoolKind(gk))
+		addressKinds = append(addressKinds, ipampredicates.AddressReferencesPoolKind(gk))
+	}
+	a.wake = make(chan event.GenericEvent, 1024)
+	a.subnets.recheck = a.Config.SubnetRecheckInterval
+	if a.subnets.recheck <= 0 {
+		a.subnets.recheck = time.Minute
+	}
+	workers := max(a.Config.MaxConcurrentReconciles, 1)
+	addressGone := predicate.Funcs{
+		CreateFunc:  func(event.CreateEvent) bool { return false },
+		UpdateFunc:  func(event.UpdateEvent) bool { return false },
+		DeleteFunc:  func(event.DeleteEvent) bool { return true },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
+	addressCameOrWent := predicate.Funcs{
+		CreateFunc:  func(event.CreateEvent) bool { return true },
+		UpdateFunc:  func(event.UpdateEvent) bool { return false },
+		DeleteFunc:  func(event.DeleteEvent) bool { return true },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
+	b.For(&ipamv1.IPAddressClaim{}, builder.WithPredicates(predicate.Or(claimKinds...), claimChanged())).
+		WithOptions(controller.Options{
+			// Different claims are different identities, which the IPAM-API allocates
+			// safely in parallel; controller-runtime never reconciles one claim twice at once.
+			MaxConcurrentReconciles: workers,
+			// Back off up to 5 minutes, so waiting claims never hammer the IPAM-API.
+			RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](250*time.Millisecond, 5*time.Minute),
+			// A backstop for a reconcile that hangs: every IPAM-API call has its own,
+			// shorter deadline, and a reconcile cut anywhere is finished by the next one.
+			ReconciliationTimeout: reconciliationTimeout,
+		}).
+		Owns(&ipamv1.IPAddress{}, builder.WithPredicates(predicate.Or(addressKinds...))).
+		WatchesRawSource(source.Channel(a.wake, &handler.EnqueueRequestForObject{})).
+		// An address that goes frees room in a subnet: the claims waiting for room there try again.
+		Watches(&ipamv1.IPAddress{}, handler.EnqueueRequestsFromMapFunc(a.claimsWaitingForRoom), builder.WithPredicates(addressGone)).
+		// An address that comes or goes changes who shares it: the sharers' status follows.
+		Watches(&ipamv1.IPAddress{}, handler.EnqueueRequestsFromMapFunc(a.sharers), builder.WithPredicates(addressCameOrWent)).
+		Watches(&ipamv1alpha1.VitistackIPPool{}, handler.EnqueueRequestsFromMapFunc(a.claimsOfPool(ipamv1alpha1.VitistackIPPoolKind)),
+			builder.WithPredicates(poolBecameUsable())).
+		Watches(&ipamv1alpha1.GlobalVitistackIPPool{}, handler.EnqueueRequestsFromMapFunc(a.claimsOfPool(ipamv1alpha1.GlobalVitistackIPPoolKind)),
+			builder.WithPredicates(poolBecameUsable()))
+	return nil
+}
+
+// ClaimHandlerFor implements ipamutil.ProviderAdapter.
+func (a *Adapter) ClaimHandlerFor(_ client.Client, claim *ipamv1.IPAddressClaim) ipamutil.ClaimHandler {
+	return &Handler{Adapter: a, claim: claim}
+}
+
+// wakeAt re-queues the claim at t, besides the back-off of the error it returns now.
+func (a *Adapter) wakeAt(claim client.Object, t time.Time) {
+	obj := claim.DeepCopyObject().(client.Object)
+	time.AfterFunc(time.Until(t)+10*time.Millisecond, func() {
+		select {
+		case a.wake <- event.GenericEvent{Object: obj}:
+		default: // full: the error's back-off re-queues it anyway
+		}
+	})
+}
+
+// claimsOfPool maps a pool to its claims that have no address yet, and to its deleting
+// claims (an unpaused pool lets them be released).
+func (a *Adapter) claimsOfPool(kind string) handler.MapFunc {
+	return func(ctx context.Context, pool client.Object) []reconcile.Request {
+		claims := &ipamv1.IPAddressClaimList{}
+		opts := []client.ListOption{client.MatchingFields{index.ClaimPoolRef: index.PoolRefValue(kind, pool.GetName())}}
+		if pool.GetNamespace() != "" {
+			opts = append(opts, client.InNamespace(pool.GetNamespace()))
+		}
+		if err := a.Client.List(ctx, claims, opts...); err != nil {
+			ctrl.LoggerFrom(ctx).Error(err, "Listing the claims of a pool failed")
+			return nil
+		}
+		var reqs []reconcile.Request
+		for _, c := range claims.Items {
+			if c.Status.AddressRef.Name == "" || !c.DeletionTimestamp.IsZero() {
+				reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&c)})
+			}
+		}
+		return reqs
+	}
+}
+
+// claimsWaitingForRoom maps a deleted IPAddress of a subnet-mode pool to the live,
+// unbound claims that found no room in the subnet-mode pools of its zone. Deleting
+// and bound claims, and claims of routed pools, are left alone.
+func (a *Adapter) claimsWaitingForRoom(ctx context.Context, o client.Object) []reconcile.Request {
+	addr, ok := o.(*ipamv1.IPAddress)
+	if !ok || addr.Spec.PoolRef.APIGroup != ipamv1alpha1.GroupVersion.Group {
+		return nil
+	}
+	zone := addr.Labels[ipamv1alpha1.ZoneLabel]
+	var pools []ipamv1alpha1.Pool
+	local := &ipamv1alpha1.VitistackIPPoolList{}
+	global := &ipamv1alpha1.GlobalVitistackIPPoolList{}
+	if err := a.Client.List(ctx, local, client.InNamespace(addr.Namespace)); err != nil {
+		return nil
+	}
+	if err := a.Client.List(ctx, global); err != nil {
+		return nil
+	}
+	for i := range local.Items {
+		pools = append(pools, &local.Items[i])
+	}
+	for i := range global.Items {
+		pools = append(pools, &global.Items[i])
+	}
+	var reqs []reconcile.Request
+	for _, p := range pools {
+		if p.PoolSpec().Subnet == "" || p.PoolSpec().Zone != zone {
+			continue
+		}
+		kind := ipamv1alpha1.GlobalVitistackIPPoolKind
+		if p.GetNamespace() != "" {
+			kind = ipamv1alpha1.VitistackIPPoolKind
+		}
+		claims := &ipamv1.IPAddressClaimList{}
+		opts := []client.ListOption{client.MatchingFields{index.ClaimWaiting: index.PoolRefValue(kind, p.GetName())}}
+		if p.GetNamespace() != "" {
+			opts = append(opts, client.InNamespace(p.GetNamespace()))
+		}
+		if err := a.Client.List(ctx, claims, opts...); err != nil {
+			return nil
+		}
+		for _, c := range claims.Items {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&c)})
+		}
+	}
+	return reqs
+}
+
+// sharers maps an IPAddress to the claims of the other IPAddresses with the same
+// address in the same zone: their AddressShared condition changes.
+func (a *Adapter) sharers(ctx context.Context, o client.Object) []reconcile.Request {
+	rec, err := record.OnAddress(o.GetLabels(), o.GetAnnotations())
+	if err != nil || rec == nil {
+		return nil
+	}
+	list := &ipamv1.IPAddressList{}
+	if err := a.Client.List(ctx, list, client.MatchingFields{index.AddressHost: rec.HostKey()}); err != nil {
+		return nil
+	}
+	var reqs []reconcile.Request
+	for _, other := range list.Items {
+		if other.UID != o.GetUID() {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&other)}) // an IPAddress has its claim's name
+		}
+	}
+	return reqs
+}
+
+// claimChanged drops updates that change only a claim's status (its conditions, which
+// this provider writes itself) or the provider's own annotations, so a failing claim is
+// retried with back-off, not at once.
+func claimChanged() predicate.Predicate {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, n := e.ObjectOld, e.ObjectNew
+			return o.GetGeneration() != n.GetGeneration() ||
+				!maps.Equal(userAnnotations(o), userAnnotations(n)) ||
+				!maps.Equal(o.GetLabels(), n.GetLabels()) ||
+				!slices.Equal(o.GetFinalizers(), n.GetFinalizers()) ||
+				!o.GetDeletionTimestamp().Equal(n.GetDeletionTimestamp())
+		},
+	}
+}
+
+// userAnnotations are a claim's annotations without those the provider writes itself.
+func userAnnotations(o client.Object) map[string]string {
+	m := maps.Clone(o.GetAnnotations())
+	delete(m, ipamv1alpha1.RegistrationAnnotation)
+	delete(m, ipamv1alpha1.RefusedInputsAnnotation)
+	return m
+}
+
+// poolBecameUsable passes pool events after which waiting claims may succeed: a new
+// pool, a changed spec, an unpause, or a Ready condition that turned True. Status-only
+// changes such as the count of addresses in use do not pass, so a burst of allocations
+// does not re-queue every waiting claim again and again.
+func poolBecameUsable() predicate.Predicate {
+	return predicate.Funcs{
+		CreateFunc: func(event.CreateEvent) bool { return true },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			if e.ObjectOld.GetGeneration() != e.ObjectNew.GetGeneration() {
+				return true
+			}
+			if annotations.HasPaused(e.ObjectOld) && !annotations.HasPaused(e.ObjectNew) {
+				return true
+			}
+			return !poolReady(e.ObjectOld) && poolReady(e.ObjectNew)
+		},
+		DeleteFunc:  func(event.DeleteEvent) bool { return false },
+		GenericFunc: func(event.GenericEvent) bool { return true },
+	}
+}
+
+func poolReady(o client.Object) bool {
+	p, ok := o.(ipamv1alpha1.Pool)
+	return ok && meta.IsStatusConditionTrue(p.PoolStatus().Conditions, ipamv1alpha1.PoolReadyCondition)
+}

@@ -1,0 +1,341 @@
+package claim
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/pkg/errors"
+	"k8s.io/utils/ptr"
+	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/record"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/registrar"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi"
+)
+
+// allocate registers an address for a claim without an IPAddress. What is about to be
+// sent is recorded on the claim before it is sent, so a restart at any point finds it,
+// waits out a request that may still be in flight, and sends the same registration
+// again (the IPAM-API answers with the same address) or releases it on deletion.
+func (h *Handler) allocate(ctx context.Context, address *ipamv1.IPAddress) outcome {
+	reg, bad := h.claimRecord()
+	if bad != nil {
+		return *bad
+	}
+	if reg == nil {
+		var err error
+		if reg, err = h.desired(ctx); err != nil {
+			return asOutcome(err)
+		}
+	}
+	if h.pool.PoolSpec().Subnet != "" && !reg.Registered {
+		return h.allocateInSubnet(ctx, address, reg)
+	}
+	// A registered record without an IPAddress (it was lost, or the claim was restored
+	// or moved without it) is sent again with its address, never without.
+	if o := h.checkIdentityFree(ctx, reg); o != nil {
+		return *o
+	}
+	if o := h.checkShare(ctx, reg); o != nil {
+		return *o
+	}
+	// Two requests without an address in flight at once would each allocate one (with
+	// an address they name the same one, so only those are held back).
+	if until, waiting := h.InFlight.MayStillBeInFlight(h.claim.UID, reg.Attempt); waiting && reg.Address == "" {
+		return failed(ipamv1.IPAddressClaimReadyAllocationFailedReason,
+			fmt.Sprintf("an earlier registration request may still be in flight in the IPAM-API; the next is sent after %s",
+				until.UTC().Format(time.RFC3339))).wakeAt(until)
+	}
+	api, sec, o := h.connect(ctx, reg)
+	if o != nil {
+		return *o
+	}
+	firstAttempt := reg.Attempt.IsZero()
+	if o := h.writePending(ctx, reg, sec); o != nil {
+		return *o
+	}
+	res, err := api.Register(ctx, reg.Request(sec.Value))
+	if answered(err) {
+		h.InFlight.SawAnswer(h.claim.UID, reg.Attempt)
+	}
+	if err != nil {
+		return h.registerFailed(ctx, reg, sec, err, firstAttempt)
+	}
+	return h.registered(ctx, address, reg, res)
+}
+
+// connect resolves the IPAM-API client and the owning Secret of an unbound claim's
+// registration. A refusal recorded for the same inputs stops here.
+func (h *Handler) connect(ctx context.Context, reg *record.Registration) (ipamapi.Client, *registrar.Secret, *outcome) {
+	api, err := h.API(ctx, reg)
+	if err != nil {
+		o := asOutcome(err)
+		return nil, nil, &o
+	}
+	sec, err := h.Secrets.Get(ctx, reg.Secret, true)
+	version := ""
+	var inv *registrar.SecretInvalidError
+	switch {
+	case sec != nil:
+		version = sec.ResourceVersion
+	case errors.As(err, &inv):
+		version = inv.ResourceVersion
+	}
+	if h.refusedBefore(version) {
+		o := h.waitForChange()
+		return nil, nil, &o
+	}
+	var nf *registrar.SecretNotFoundError
+	switch {
+	case errors.As(err, &nf):
+		msg := nf.Error()
+		if nf.Hint == "" {
+			msg = fmt.Sprintf("%s: create it (type Opaque, key %q), or change the %s annotation or the pool's secretRef",
+				msg, nf.Ref.Key, ipamv1alpha1.SecretAnnotation)
+		}
+		o := h.refuse(ctx, failed(ipamv1.IPAddressClaimReadyAllocationFailedReason, msg).withEvent(ipamv1alpha1.ClaimReadySecretNotFoundReason), version, reg, false)
+		return nil, nil, &o
+	case errors.As(err, &inv):
+		o := h.refuse(ctx, failed(ipamv1.IPAddressClaimReadyAllocationFailedReason, inv.Error()).withEvent(ipamv1alpha1.ClaimReadySecretNotFoundReason), version, reg, false)
+		return nil, nil, &o
+	case err != nil:
+		o := transient(err)
+		return nil, nil, &o
+	case sec.Deleting:
+		o := h.refuse(ctx, failed(ipamv1.IPAddressClaimReadyAllocationFailedReason, fmt.Sprintf("Secret %s/%s is being deleted: "+
+			"no address is registered under it any more; point the claim at another Secret", sec.Ref.Namespace, sec.Ref.Name)).
+			withEvent(ipamv1alpha1.ClaimReadySecretNotFoundReason), version, reg, false)
+		return nil, nil, &o
+	case sec.Changed():
+		o := h.refuse(ctx, secretChanged(sec), version, reg, false)
+		return nil, nil, &o
+	}
+	return api, sec, nil
+}
+
+func secretChanged(sec *registrar.Secret) outcome {
+	return failed(ipamv1alpha1.ClaimReadySecretValueChangedReason, fmt.Sprintf("the value of Secret %s/%s key %s changed after addresses "+
+		"were registered under it, so the IPAM-API no longer knows them by it: restore the previous value; to move addresses to a new "+
+		"value, put it in a new Secret and point the claims at it (the provider rotates them)", sec.Ref.Namespace, sec.Ref.Name, sec.Ref.Key))
+}
+
+// writePending records the registration with a new attempt time, and then checks that
+// the Secret it names is protected: the Secret controller protects it once it sees the
+// record, and only then is anything sent under it.
+func (h *Handler) writePending(ctx context.Context, reg *record.Registration, sec *registrar.Secret) *outcome {
+	reg.Attempt = time.Now().UTC()
+	if err := h.WriteRecord(ctx, h.claim, reg, map[string]*string{ipamv1alpha1.RefusedInputsAnnotation: nil}); err != nil {
+		o := transient(err)
+		return &o
+	}
+	if !sec.Ready() {
+		h.InFlight.SawAnswer(h.claim.UID, reg.Attempt) // nothing was sent
+		// Not a condition: the Secret controller protects it within moments.
+		o := transient(errors.Errorf("waiting for Secret %s/%s to be protected (finalizer %s) before anything is registered under it",
+			sec.Ref.Namespace, sec.Ref.Name, ipamv1alpha1.SecretInUseFinalizer))
+		return &o
+	}
+	return nil
+}
+
+// registered completes the claim's record and the IPAddress from a successful answer:
+// the claim is Ready in the same reconcile that creates its IPAddress.
+func (h *Handler) registered(ctx context.Context, address *ipamv1.IPAddress, reg *record.Registration, res *ipamapi.Response) outcome {
+	host, err := ipamapi.ParseHost(res.Address)
+	if err != nil || ipamapi.FamilyOf(host) != reg.Family {
+		return failed(ipamv1.IPAddressClaimReadyAllocationFailedReason,
+			fmt.Sprintf("the IPAM-API answered with %q, which is not an %s address", res.Address, reg.Family))
+	}
+	reg.Address, _ = ipamapi.CanonicalCIDR(res.Address)
+	reg.Registered, reg.Declined = true, false
+	reg.SetOn(h.claim) // saved by ipamutil's patch of the claim, even if the IPAddress create fails
+	h.fillAddress(address, reg, host)
+	ctrl.LoggerFrom(ctx).V(2).Info("Registered address in the IPAM-API", "address", address.Spec.Address,
+		"zone", reg.Zone, "updated", res.Updated())
+	return allocated(address.Spec.Address)
+}
+
+// fillAddress writes the allocated address and the registration record into the
+// IPAddress that ipamutil creates.
+func (h *Handler) fillAddress(address *ipamv1.IPAddress, reg *record.Registration, host netip.Addr) {
+	spec := h.pool.PoolSpec()
+	address.Spec.Address = host.String()
+	address.Spec.Prefix = ptr.To(int32(host.BitLen()))
+	if p, err := netip.ParsePrefix(spec.Subnet); err == nil {
+		address.Spec.Prefix = ptr.To(int32(p.Bits()))
+	}
+	if spec.Prefix != nil {
+		address.Spec.Prefix = ptr.To(*spec.Prefix)
+	}
+	address.Spec.Gateway = spec.Gateway
+	if address.Labels == nil {
+		address.Labels = map[string]string{}
+	}
+	if address.Annotations == nil {
+		address.Annotations = map[string]string{}
+	}
+	address.Labels[ipamv1alpha1.PoolNameLabel] = h.pool.GetName()
+	address.Labels[ipamv1alpha1.PoolKindLabel] = h.claim.Spec.PoolRef.Kind
+	reg.WriteTo(address.Labels, address.Annotations)
+}
+
+// registerFailed turns a failed registration into the claim's outcome. Answers only a
+// user can fix are refused for good: recorded with a digest of their inputs, not sent
+// again until the claim, its pool or its Secret changes.
+func (h *Handler) registerFailed(ctx context.Context, reg *record.Registration, sec *registrar.Secret, err error, firstAttempt bool) outcome {
+	msg := err.Error()
+	nothingHeld := provesNothingHeld(err) || firstAttempt && ipamapi.ClassOf(err) == ipamapi.ClassNoPrefixes
+	refuse := func(o outcome) outcome { return h.refuse(ctx, o, sec.ResourceVersion, reg, nothingHeld) }
+	switch ipamapi.ClassOf(err) {
+	case ipamapi.ClassExhausted:
+		o := failed(ipamv1.IPAddressClaimReadyPoolExhaustedReason,
+			fmt.Sprintf("zone %s has no free %s address left: %s; the claim is retried with back-off", reg.Zone, reg.Family, msg))
+		return h.forgetIfNothingHeld(ctx, o, reg, nothingHeld)
+	case ipamapi.ClassValidation:
+		return refuse(failed(ipamv1.IPAddressClaimReadyPoolNotReadyReason,
+			fmt.Sprintf("the IPAM-API refused the request for zone %s, family %s: %s; fix the pool or the claim's annotations", reg.Zone, reg.Family, msg)))
+	case ipamapi.ClassNoPrefixes:
+		if poolReady(h.pool) {
+			// The pool worked: the real IPAM-API loads its prefixes after a restart.
+			return failed(ipamv1alpha1.ClaimReadyBackendFailingReason, fmt.Sprintf("the IPAM-API at %s has no prefixes for zone %s, family %s "+
+				"although the pool worked before (it loads them after a restart): %s; retrying with back-off", reg.Endpoint, reg.Zone, reg.Family, msg))
+		}
+		return refuse(failed(ipamv1.IPAddressClaimReadyPoolNotReadyReason,
+			fmt.Sprintf("the IPAM-API has no %s prefixes in zone %s: %s; fix the pool's spec.zone or spec.ipFamily", reg.Family, reg.Zone, msg)))
+	case ipamapi.ClassBackendFailing:
+		return failed(ipamv1alpha1.ClaimReadyBackendFailingReason, fmt.Sprintf("the IPAM-API at %s answers, but its own backend is failing: %s; "+
+			"retrying with back-off", reg.Endpoint, msg))
+	case ipamapi.ClassUnexpectedResponse:
+		return failed(ipamv1.IPAddressClaimReadyPoolNotReadyReason, fmt.Sprintf("%s is not answering as the IPAM-API: %s", reg.Endpoint, msg))
+	case ipamapi.ClassWrongSecret:
+		return refuse(failed(ipamv1.IPAddressClaimReadyAllocationFailedReason,
+			fmt.Sprintf("address %s is held under another secret in zone %s: request another address, or use the secret that owns it", reg.Address, reg.Zone)).
+			withEvent(ipamv1alpha1.ClaimReadyAddressTakenReason))
+	case ipamapi.ClassNotInZone:
+		return refuse(failed(ipamv1.IPAddressClaimReadyAllocationFailedReason,
+			fmt.Sprintf("address %s does not belong to zone %s: request an address of the zone", reg.Address, reg.Zone)).withEvent("AddressNotInZone"))
+	case ipamapi.ClassTransient:
+		return failed(ipamv1.IPAddressClaimReadyAllocationFailedReason,
+			fmt.Sprintf("the IPAM-API at %s could not be reached: %s; retrying with back-off", reg.Endpoint, msg)).
+			withEvent(ipamv1alpha1.ClaimReadyIPAMAPIUnreachableReason)
+	}
+	return failed(ipamv1.IPAddressClaimReadyAllocationFailedReason, msg)
+}
+
+// forgetIfNothingHeld drops the claim's record when the answer proves nothing is held,
+// so a fixed annotation, pool or secret is used next time, and deleting the claim has
+// nothing to release.
+func (h *Handler) forgetIfNothingHeld(ctx context.Context, o outcome, reg *record.Registration, nothingHeld bool) outcome {
+	if !nothingHeld || reg.Registered {
+		return o
+	}
+	if err := h.WriteRecord(ctx, h.claim, nil, nil); err != nil {
+		return transient(err)
+	}
+	h.InFlight.Forget(h.claim.UID)
+	h.subnets.forget(h.claim.UID)
+	return o
+}
+
+// refuse records that the IPAM-API (or the Secret) refused the claim for a reason only
+// a user can fix, and waits for a change: of the claim or its pool (watched), or of
+// its Secret (looked at again every SecretRecheckInterval; Secrets are not watched).
+func (h *Handler) refuse(ctx context.Context, o outcome, secretVersion string, reg *record.Registration, nothingHeld bool) outcome {
+	// Keep the record while it may name something held: a registered address, or an
+	// earlier request whose outcome this answer does not settle.
+	keep := reg
+	if !reg.Registered && (nothingHeld || reg.Attempt.IsZero()) {
+		keep = nil
+	}
+	digest := h.inputs(secretVersion)
+	if err := h.WriteRecord(ctx, h.claim, keep, map[string]*string{ipamv1alpha1.RefusedInputsAnnotation: &digest}); err != nil {
+		return transient(err)
+	}
+	if keep == nil {
+		h.InFlight.Forget(h.claim.UID)
+		h.subnets.forget(h.claim.UID)
+	}
+	return o.final().wakeAt(time.Now().Add(h.secretRecheck()))
+}
+
+// waitForChange is the outcome of a claim refused before for the same inputs: nothing
+// is sent, the condition stays, and the Secret is looked at again later.
+func (h *Handler) waitForChange() outcome {
+	return outcome{err: errors.New("the IPAM-API refused this claim before for the same claim, pool and Secret; waiting for one of them to change"),
+		terminal: true, wake: time.Now().Add(h.secretRecheck())}
+}
+
+func (h *Handler) secretRecheck() time.Duration {
+	if d := h.Config.SecretRecheckInterval; d > 0 {
+		return d
+	}
+	return time.Minute
+}
+
+// refusedBefore reports whether the claim was refused for exactly these inputs.
+func (h *Handler) refusedBefore(secretVersion string) bool {
+	v := h.claim.Annotations[ipamv1alpha1.RefusedInputsAnnotation]
+	return v != "" && v == h.inputs(secretVersion)
+}
+
+// inputs is a digest of everything a refusal depends on: the claim's generation and
+// annotations, its pool's generation, the Secret's version and the manager's settings.
+func (h *Handler) inputs(secretVersion string) string {
+	d := sha256.New()
+	add := func(s string) { d.Write([]byte(s)); d.Write([]byte{0}) }
+	add(string(h.claim.UID))
+	add(strconv.FormatInt(h.claim.Generation, 10))
+	ann := userAnnotations(h.claim)
+	keys := make([]string, 0, len(ann))
+	for k := range ann {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		add(k)
+		add(ann[k])
+	}
+	add(string(h.pool.GetUID()))
+	add(strconv.FormatInt(h.pool.GetGeneration(), 10))
+	add(h.Config.DefaultEndpoint)
+	add(h.Config.ClusterID)
+	add(h.Config.DefaultSecret.String())
+	add(secretVersion)
+	return hex.EncodeToString(d.Sum(nil)[:12])
+}
+
+// provesNothingHeld reports whether a failed registration proves that the identity
+// holds nothing under the secret, zone and family: had it held an address, the
+// IPAM-API would have answered with it.
+func provesNothingHeld(err error) bool {
+	switch ipamapi.ClassOf(err) {
+	case ipamapi.ClassValidation, ipamapi.ClassExhausted, ipamapi.ClassWrongSecret, ipamapi.ClassNotInZone:
+		return !unknownOutcome(err)
+	}
+	return false
+}
+
+// unknownOutcome reports whether a request may have been carried out although no
+// answer arrived.
+func unknownOutcome(err error) bool {
+	var e *ipamapi.Error
+	return errors.As(err, &e) && e.Unknown
+}
+
+// answered reports whether a request's outcome is known: it got an answer, or it was
+// never sent. Only then may the next request for the identity go out at once.
+func answered(err error) bool {
+	var e *ipamapi.Error
+	if err == nil || !errors.As(err, &e) {
+		return true
+	}
+	return !e.Unknown && !e.NotSent
+}

@@ -1,0 +1,235 @@
+package claim
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/pkg/errors"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
+
+	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/record"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/registrar"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi"
+)
+
+// bound handles a claim whose IPAddress exists. The IPAddress's record is
+// authoritative. The IPAM-API is asked again only to finish a recorded rotation, or to
+// carry a changed secret, retention or cleanup setting of the claim's own annotations
+// to the registration, always with its address. Nothing changed: no call, no write.
+func (h *Handler) bound(ctx context.Context, address *ipamv1.IPAddress) outcome {
+	if !metav1.IsControlledBy(address, h.claim) || !address.DeletionTimestamp.IsZero() {
+		return failed(ipamv1.IPAddressClaimReadyAllocationFailedReason, fmt.Sprintf("IPAddress %s/%s exists but does not belong to this "+
+			"claim (or is being deleted); it is waited for", address.Namespace, address.Name))
+	}
+	rec, err := record.OnAddress(address.Labels, address.Annotations)
+	if err != nil {
+		return failed(ipamv1.IPAddressClaimReadyAllocationFailedReason, err.Error()).final()
+	}
+	h.InFlight.Forget(h.claim.UID)
+	h.subnets.forget(h.claim.UID)
+	done := allocated(address.Spec.Address)
+	if rec == nil {
+		return done
+	}
+	cur, bad := h.claimRecord()
+	if bad != nil {
+		cur = nil
+	}
+	if cur != nil && !cur.RotatingTo.IsZero() {
+		if o, finished := h.finishRotation(ctx, address, rec, cur); !finished {
+			return o
+		}
+	}
+	if c, err := h.shared(ctx, rec); err != nil {
+		return transient(err)
+	} else if c != nil {
+		done.set = append(done.set, *c)
+	} else {
+		done.drop = append(done.drop, ipamv1alpha1.ClaimAddressSharedCondition)
+	}
+
+	// Only the claim's own annotations are carried to a bound address: a changed pool
+	// or flag never touches what is registered.
+	want := *rec
+	if err := h.overrides(&want); err != nil {
+		return done // a bad annotation does not touch a bound address; it is reported when it matters
+	}
+	refused := ""
+	if cur != nil {
+		refused = cur.RotationRefused
+	}
+	if want.Secret == rec.Secret && refused != "" {
+		// The user went back to the secret that owns the address: the refusal is moot.
+		if err := h.WriteRecord(ctx, h.claim, withRefusal(rec, ""), nil); err != nil {
+			return transient(err)
+		}
+		done.drop = append(done.drop, ipamv1alpha1.ClaimSecretRotatedCondition)
+	}
+	rotate := want.Secret != rec.Secret && want.Secret.String() != refused
+	if !rotate && want.RetentionPeriodDays == rec.RetentionPeriodDays && want.DenyExternalCleanup == rec.DenyExternalCleanup {
+		return done
+	}
+	if rotate {
+		return h.rotate(ctx, address, rec, &want, done)
+	}
+	// Retention or cleanup changed: re-register with the owner's secret and the address.
+	api, owner, o := h.owner(ctx, rec)
+	if o != nil {
+		return *o
+	}
+	req := rec.Request(owner.Value)
+	req.RetentionPeriodDays, req.DenyExternalCleanup = want.RetentionPeriodDays, want.DenyExternalCleanup
+	if _, err := api.Register(ctx, req); err != nil {
+		return transient(err)
+	}
+	rec.RetentionPeriodDays, rec.DenyExternalCleanup = want.RetentionPeriodDays, want.DenyExternalCleanup
+	rec.WriteTo(address.Labels, address.Annotations) // patched onto the IPAddress by ipamutil
+	return done
+}
+
+// withRefusal is rec as a claim record with the given refused rotation and no intent.
+func withRefusal(rec *record.Registration, refused string) *record.Registration {
+	r := *rec
+	r.RotatingTo, r.RotationRefused, r.Attempt = record.ObjectRef{}, refused, rec.Attempt
+	return &r
+}
+
+// owner reads the Secret that owns a registered address, refusing to use a value
+// that changed since the address was registered under it.
+func (h *Handler) owner(ctx context.Context, rec *record.Registration) (ipamapi.Client, *registrar.Secret, *outcome) {
+	api, err := h.API(ctx, rec)
+	if err != nil {
+		o := transient(err)
+		return nil, nil, &o
+	}
+	sec, err := h.Secrets.Get(ctx, rec.Secret, false)
+	if err != nil {
+		o := transient(err)
+		return nil, nil, &o
+	}
+	if sec.Fingerprint == "" {
+		o := transient(errors.Errorf("waiting for Secret %s/%s to be fingerprinted by the provider", sec.Ref.Namespace, sec.Ref.Name))
+		return nil, nil, &o
+	}
+	if sec.Changed() {
+		o := secretChanged(sec).wakeAt(h.nextSecretLook())
+		return nil, nil, &o
+	}
+	return api, sec, nil
+}
+
+// rotate moves a bound address to a new secret (new_secret) as a recorded intent: the
+// intent is written to the claim before the IPAM-API is asked, the IPAddress records
+// the new owner once it said yes, and the intent goes on the next reconcile, when the
+// IPAddress shows the new owner. A crash or conflict at any step is finished by
+// finishRotation, which asks the IPAM-API who owns the address first.
+func (h *Handler) rotate(ctx context.Context, address *ipamv1.IPAddress, rec, want *record.Registration, done outcome) outcome {
+	refusedRotation := func(msg string) outcome {
+		done.set = append(done.set, metav1.Condition{Type: ipamv1alpha1.ClaimSecretRotatedCondition, Status: metav1.ConditionFalse,
+			Reason: ipamv1alpha1.ClaimSecretRotationRefusedReason, Message: msg})
+		return done.note(corev1.EventTypeWarning, ipamv1alpha1.ClaimSecretRotationRefusedReason, actionRotate, msg)
+	}
+	next, err := h.Secrets.Get(ctx, want.Secret, true)
+	if err != nil {
+		var nf *registrar.SecretNotFoundError
+		var inv *registrar.SecretInvalidError
+		if errors.As(err, &nf) || errors.As(err, &inv) {
+			return refusedRotation(fmt.Sprintf("cannot rotate %s to the secret %s: %v", rec.Address, want.Secret, err))
+		}
+		return transient(err)
+	}
+	api, old, o := h.owner(ctx, rec)
+	if o != nil {
+		return *o
+	}
+	intent := withRefusal(rec, "")
+	intent.RotatingTo = want.Secret
+	if err := h.WriteRecord(ctx, h.claim, intent, nil); err != nil {
+		return transient(err)
+	}
+	if !next.Ready() {
+		if next.Changed() {
+			return refusedRotation(secretChanged(next).message)
+		}
+		return transient(errors.Errorf("waiting for Secret %s/%s to be protected before %s is rotated to it", next.Ref.Namespace, next.Ref.Name, rec.Address))
+	}
+	req := rec.Request(old.Value)
+	req.NewSecret = next.Value
+	req.RetentionPeriodDays, req.DenyExternalCleanup = want.RetentionPeriodDays, want.DenyExternalCleanup
+	if _, err := api.Register(ctx, req); err != nil {
+		if ipamapi.ClassOf(err) == ipamapi.ClassRotationRefused {
+			if err := h.WriteRecord(ctx, h.claim, withRefusal(rec, want.Secret.String()), nil); err != nil {
+				return transient(err)
+			}
+			return refusedRotation(fmt.Sprintf("the IPAM-API refused to give %s the secret %s (%v): the address is shared by several "+
+				"services or held by another, so it keeps the secret %s", rec.Address, want.Secret, err, rec.Secret))
+		}
+		return transient(err) // the intent stays: the next reconcile asks who owns it first
+	}
+	oldRef := rec.Secret
+	rec.Secret = want.Secret
+	rec.RetentionPeriodDays, rec.DenyExternalCleanup = want.RetentionPeriodDays, want.DenyExternalCleanup
+	rec.WriteTo(address.Labels, address.Annotations) // patched onto the IPAddress by ipamutil
+	return h.rotated(done, rec, oldRef)
+}
+
+func (h *Handler) rotated(done outcome, rec *record.Registration, old record.ObjectRef) outcome {
+	done.set = append(done.set, metav1.Condition{Type: ipamv1alpha1.ClaimSecretRotatedCondition, Status: metav1.ConditionTrue,
+		Reason: ipamv1alpha1.ClaimSecretRotatedReason, Message: fmt.Sprintf("%s is owned by the secret %s", rec.Address, rec.Secret)})
+	return done.note(corev1.EventTypeNormal, "SecretRotated", actionRotate, fmt.Sprintf("%s is now owned by the secret %s (was %s)", rec.Address, rec.Secret, old))
+}
+
+// finishRotation settles a recorded rotation intent before anything else: if the
+// IPAddress already shows the new owner, the intent goes; else the IPAM-API is asked
+// with the new secret whether it owns the address. finished is true when the claim may
+// go on with rec as it now is.
+func (h *Handler) finishRotation(ctx context.Context, address *ipamv1.IPAddress, rec, cur *record.Registration) (outcome, bool) {
+	if rec.Secret == cur.RotatingTo {
+		if err := h.WriteRecord(ctx, h.claim, withRefusal(rec, ""), nil); err != nil {
+			return transient(err), false
+		}
+		return outcome{}, true
+	}
+	newOwns, err := h.ownedBy(ctx, rec, cur.RotatingTo)
+	if err != nil {
+		return transient(errors.Wrapf(err, "finding out whether the rotation of %s to the secret %s happened", rec.Address, cur.RotatingTo)), false
+	}
+	if newOwns {
+		old := rec.Secret
+		rec.Secret = cur.RotatingTo
+		rec.WriteTo(address.Labels, address.Annotations) // the intent goes once the IPAddress shows it
+		return h.rotated(allocated(address.Spec.Address), rec, old), false
+	}
+	if err := h.WriteRecord(ctx, h.claim, withRefusal(rec, cur.RotationRefused), nil); err != nil {
+		return transient(err), false
+	}
+	return outcome{}, true
+}
+
+// ownedBy asks the IPAM-API whether the secret ref owns rec's address: a registration
+// of the address with that secret succeeds only if it does (or if the address is free,
+// which then registers it under that secret, as a rotation would have).
+func (h *Handler) ownedBy(ctx context.Context, rec *record.Registration, ref record.ObjectRef) (bool, error) {
+	api, err := h.API(ctx, rec)
+	if err != nil {
+		return false, err
+	}
+	sec, err := h.Secrets.Get(ctx, ref, false)
+	if err != nil {
+		return false, err
+	}
+	_, err = api.Register(ctx, rec.Request(sec.Value))
+	switch {
+	case err == nil:
+		return true, nil
+	case ipamapi.ClassOf(err) == ipamapi.ClassWrongSecret:
+		return false, nil
+	}
+	return false, err
+}
+
+func (h *Handler) nextSecretLook() time.Time { return time.Now().Add(h.secretRecheck()) }

@@ -1,0 +1,152 @@
+package claim
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/pkg/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/index"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/record"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/registrar"
+)
+
+// checkIdentityFree refuses an identity that another claim already holds: the IPAM-API
+// would answer both with the same address, and releasing one would free the other's.
+// Not terminal: the other holder may be pending, moving or going away.
+func (h *Handler) checkIdentityFree(ctx context.Context, reg *record.Registration) *outcome {
+	key := reg.Key()
+	other := ""
+	addrs := &ipamv1.IPAddressList{}
+	if err := h.Client.List(ctx, addrs, client.MatchingFields{index.AddressRegistration: key}); err != nil {
+		o := transient(errors.Wrap(err, "listing IPAddresses by registration"))
+		return &o
+	}
+	for _, a := range addrs.Items {
+		if !metav1.IsControlledBy(&a, h.claim) && registrar.HoldersConflict(reg.Address, a.Annotations[ipamv1alpha1.RegisteredAddressAnnotation]) {
+			other = "IPAddress " + a.Namespace + "/" + a.Name
+		}
+	}
+	claims := &ipamv1.IPAddressClaimList{}
+	if err := h.Client.List(ctx, claims, client.MatchingFields{index.ClaimRegistration: key}); err != nil {
+		o := transient(errors.Wrap(err, "listing IPAddressClaims by registration"))
+		return &o
+	}
+	for _, c := range claims.Items {
+		if rec, _ := record.OnClaim(c.Annotations); c.UID != h.claim.UID && rec != nil && registrar.HoldersConflict(reg.Address, rec.Address) {
+			other = "IPAddressClaim " + c.Namespace + "/" + c.Name
+		}
+	}
+	if other == "" {
+		if holder, ok := h.InFlight.Reserve(ctx, key, reg.Address, h.claim); !ok {
+			other = "IPAddressClaim " + holder
+		}
+	}
+	if other == "" {
+		return nil
+	}
+	msg := fmt.Sprintf("the IPAM-API identity (service_name %q, namespace_id %q, cluster_id %q) is already used by %s; "+
+		"give this claim a unique %s annotation", reg.Identity.ServiceName, reg.Identity.NamespaceID, reg.Identity.ClusterID,
+		other, ipamv1alpha1.ServiceNameAnnotation)
+	if owner := metav1.GetControllerOf(h.claim); owner != nil && owner.Kind == "Service" {
+		msg = fmt.Sprintf("another claim of Service %s (%s) holds its IPAM-API identity with no address yet, or with the same "+
+			"address; waiting until it is bound or released", owner.Name, other)
+	}
+	o := failed(ipamv1.IPAddressClaimReadyAllocationFailedReason, msg).withEvent(ipamv1alpha1.ClaimReadyIdentityInUseReason)
+	return &o
+}
+
+// holders lists the other claims that hold or are registering the address reg names
+// in its zone: their IPAddresses and their pending records.
+func (h *Handler) holders(ctx context.Context, hostKey string) ([]*ipamv1.IPAddressClaim, error) {
+	var names []client.ObjectKey
+	addrs := &ipamv1.IPAddressList{}
+	if err := h.Client.List(ctx, addrs, client.MatchingFields{index.AddressHost: hostKey}); err != nil {
+		return nil, errors.Wrap(err, "listing IPAddresses by address")
+	}
+	for _, a := range addrs.Items {
+		if owner := metav1.GetControllerOf(&a); owner != nil && owner.UID != h.claim.UID {
+			names = append(names, client.ObjectKey{Namespace: a.Namespace, Name: owner.Name})
+		}
+	}
+	claims := &ipamv1.IPAddressClaimList{}
+	if err := h.Client.List(ctx, claims, client.MatchingFields{index.ClaimHost: hostKey}); err != nil {
+		return nil, errors.Wrap(err, "listing IPAddressClaims by address")
+	}
+	for _, c := range claims.Items {
+		if c.UID != h.claim.UID && c.DeletionTimestamp.IsZero() {
+			names = append(names, client.ObjectKeyFromObject(&c))
+		}
+	}
+	slices.SortFunc(names, func(a, b client.ObjectKey) int { return strings.Compare(a.String(), b.String()) })
+	names = slices.Compact(names)
+	var out []*ipamv1.IPAddressClaim
+	for _, n := range names {
+		c := &ipamv1.IPAddressClaim{}
+		if err := h.Client.Get(ctx, n, c); err != nil {
+			if client.IgnoreNotFound(err) == nil {
+				continue
+			}
+			return nil, errors.Wrap(err, "reading the claim that holds the address")
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// checkShare refuses a requested address that another claim in the cluster holds,
+// unless both declare the same share key (ipam.vitistack.io/allow-local-shared-ip;
+// the Service controller passes the Service's, as MetalLB shares only between Services
+// with equal allow-shared-ip). Without it one IP could end up on two node NICs, or any
+// namespace could join any address under the default secret. Retried with back-off:
+// the holder may let go.
+func (h *Handler) checkShare(ctx context.Context, reg *record.Registration) *outcome {
+	if reg.Address == "" || reg.Candidate {
+		return nil
+	}
+	others, err := h.holders(ctx, reg.HostKey())
+	if err != nil {
+		o := transient(err)
+		return &o
+	}
+	mine := shareKey(h.claim)
+	if holder, ok := h.InFlight.ReserveAddress(ctx, reg.HostKey(), mine, h.claim); !ok {
+		// Another claim of this process is registering it right now (the cache may not
+		// show its record yet).
+		others = append(others, &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: strings.Split(holder, "/")[0], Name: strings.Split(holder, "/")[1]}})
+	}
+	for _, other := range others {
+		if mine != "" && shareKey(other) == mine {
+			continue
+		}
+		hint := fmt.Sprintf("to share it, give both claims the same %s annotation", ipamv1alpha1.AllowLocalSharedIPAnnotation)
+		if mine != "" {
+			hint = fmt.Sprintf("it declares another share key (%s) or none", ipamv1alpha1.AllowLocalSharedIPAnnotation)
+		}
+		o := failed(ipamv1alpha1.ClaimReadyAddressInUseReason, fmt.Sprintf("address %s in zone %s is bound to IPAddressClaim %s/%s; %s, "+
+			"or request another address", reg.Address, reg.Zone, other.Namespace, other.Name, hint))
+		return &o
+	}
+	return nil
+}
+
+// shared is the AddressShared condition of a bound claim: who else holds its address.
+func (h *Handler) shared(ctx context.Context, rec *record.Registration) (*metav1.Condition, error) {
+	others, err := h.holders(ctx, rec.HostKey())
+	if err != nil || len(others) == 0 {
+		return nil, err
+	}
+	names := make([]string, 0, len(others))
+	for _, o := range others {
+		names = append(names, o.Namespace+"/"+o.Name)
+	}
+	return &metav1.Condition{Type: ipamv1alpha1.ClaimAddressSharedCondition, Status: metav1.ConditionTrue, Reason: ipamv1alpha1.ClaimAddressSharedReason,
+		Message: fmt.Sprintf("%s is shared with IPAddressClaim %s (share key in %s)", rec.Address, strings.Join(names, ", "),
+			ipamv1alpha1.AllowLocalSharedIPAnnotation)}, nil
+}

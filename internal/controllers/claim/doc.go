@@ -1,0 +1,6 @@
+// Package claim is the IPAddressClaim controller: an ipamutil ProviderAdapter and
+// ClaimHandler that turn claims of Vitistack pools into IPAM-API registrations and
+// IPAddresses, rotate their secrets as recorded intents, and release them on deletion
+// from what is recorded alone. Every reconcile ends in one outcome, which status.go
+// turns into the claim's conditions and events.
+package claim

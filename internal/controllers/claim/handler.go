@@ -1,0 +1,86 @@
+package claim
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/pkg/errors"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/record"
+)
+
+// Handler allocates and releases the address of one IPAddressClaim through the
+// IPAM-API. It implements ipamutil.ClaimHandler; ipamutil calls FetchPool first, then
+// EnsureAddress on every reconcile of a live claim (inside CreateOrPatch of its
+// IPAddress) or ReleaseAddress on a deleted one, and patches the claim afterwards.
+type Handler struct {
+	*Adapter
+	claim *ipamv1.IPAddressClaim
+	pool  ipamv1alpha1.Pool
+}
+
+// FetchPool implements ipamutil.ClaimHandler.
+func (h *Handler) FetchPool(ctx context.Context) (client.Object, *ctrl.Result, error) {
+	ref := h.claim.Spec.PoolRef
+	var pool ipamv1alpha1.Pool
+	key := types.NamespacedName{Name: ref.Name}
+	switch ref.Kind {
+	case ipamv1alpha1.VitistackIPPoolKind:
+		pool, key.Namespace = &ipamv1alpha1.VitistackIPPool{}, h.claim.Namespace
+	case ipamv1alpha1.GlobalVitistackIPPoolKind:
+		pool = &ipamv1alpha1.GlobalVitistackIPPool{}
+	default:
+		return nil, nil, reconcile.TerminalError(errors.Errorf("pool kind %q is not served by this provider", ref.Kind))
+	}
+	if err := h.Client.Get(ctx, key, pool); err != nil {
+		if !h.claim.DeletionTimestamp.IsZero() {
+			// Release works from the records alone; ipamutil releases only after NotFound.
+			return nil, nil, apierrors.NewNotFound(ipamv1alpha1.GroupVersion.WithResource(strings.ToLower(ref.Kind)+"s").GroupResource(), ref.Name)
+		}
+		if apierrors.IsNotFound(err) {
+			// ipamutil waits for a watch event without a condition: say why here.
+			_ = h.report(failed(ipamv1.IPAddressClaimReadyPoolNotReadyReason,
+				fmt.Sprintf("%s %q not found: create it, or point spec.poolRef at an existing pool", ref.Kind, ref.Name)))
+		}
+		return nil, nil, err
+	}
+	pool.GetObjectKind().SetGroupVersionKind(ipamv1alpha1.GroupVersion.WithKind(ref.Kind))
+	h.pool = pool
+	return pool, nil, nil
+}
+
+// EnsureAddress implements ipamutil.ClaimHandler. ipamutil calls it inside
+// CreateOrPatch of the claim's IPAddress on every reconcile of a live claim.
+func (h *Handler) EnsureAddress(ctx context.Context, address *ipamv1.IPAddress) (*ctrl.Result, error) {
+	if address.Spec.Address != "" {
+		return nil, h.report(h.bound(ctx, address))
+	}
+	return nil, h.report(h.allocate(ctx, address))
+}
+
+// ReleaseAddress implements ipamutil.ClaimHandler. It releases what is recorded: on
+// the IPAddress, else on the claim.
+func (h *Handler) ReleaseAddress(ctx context.Context) (*ctrl.Result, error) {
+	if h.claim.DeletionTimestamp.IsZero() {
+		return nil, nil
+	}
+	return nil, h.report(h.release(ctx))
+}
+
+// claimRecord is the record on the claim; a broken one is an outcome.
+func (h *Handler) claimRecord() (*record.Registration, *outcome) {
+	reg, err := record.OnClaim(h.claim.Annotations)
+	if err != nil {
+		o := failed(ipamv1.IPAddressClaimReadyAllocationFailedReason, err.Error()+"; remove the annotation to start over").final()
+		return nil, &o
+	}
+	return reg, nil
+}

@@ -1,0 +1,140 @@
+package claim
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/pkg/errors"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
+	clusterctlv1 "sigs.k8s.io/cluster-api/cmd/clusterctl/api/v1alpha3"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/record"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/registrar"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi"
+)
+
+// release releases what is recorded for a deleted claim: the IPAddress's record, else
+// the claim's. A recorded rotation is settled first; a Secret whose value changed
+// since registration keeps the claim (an ambiguous "not held" would abandon the
+// address under the old value).
+func (h *Handler) release(ctx context.Context) outcome {
+	reg, err := h.recorded(ctx)
+	if err != nil {
+		return releaseFailed(err.Error())
+	}
+	if reg == nil {
+		return outcome{}
+	}
+	if _, moving := h.claim.Annotations[clusterctlv1.DeleteForMoveAnnotation]; moving {
+		ctrl.LoggerFrom(ctx).V(2).Info("Claim deleted by clusterctl move, keeping its address registered")
+		h.InFlight.Forget(h.claim.UID)
+		return outcome{}
+	}
+	if cur, _ := record.OnClaim(h.claim.Annotations); cur != nil && !cur.RotatingTo.IsZero() && reg.Registered && cur.RotatingTo != reg.Secret {
+		newOwns, err := h.ownedBy(ctx, reg, cur.RotatingTo)
+		if err != nil {
+			return releaseFailed(fmt.Sprintf("finding out whether the rotation of %s to the secret %s happened: %v", reg.Address, cur.RotatingTo, err))
+		}
+		if newOwns {
+			reg.Secret = cur.RotatingTo
+		}
+	}
+	api, err := h.API(ctx, reg)
+	if err != nil {
+		return releaseFailed(err.Error())
+	}
+	sec, err := h.Secrets.Get(ctx, reg.Secret, false)
+	var nf *registrar.SecretNotFoundError
+	switch {
+	case errors.As(err, &nf):
+		return releaseFailed(fmt.Sprintf("cannot release the address: %s. Recreate the Secret with the value that owns the address; "+
+			"removing the claim's %s finalizer instead abandons the address in the IPAM-API", nf.Error(), "ipam.cluster.x-k8s.io/ReleaseAddress"))
+	case err != nil:
+		return releaseFailed(err.Error())
+	case sec.Fingerprint == "":
+		return releaseFailed(fmt.Sprintf("waiting for Secret %s/%s to be fingerprinted by the provider", sec.Ref.Namespace, sec.Ref.Name))
+	case sec.Changed():
+		return releaseFailed(fmt.Sprintf("the value of Secret %s/%s key %s changed since %s was registered under it: restore it, "+
+			"and the address is released; releasing with the new value would find nothing and abandon the address", sec.Ref.Namespace,
+			sec.Ref.Name, sec.Ref.Key, orPending(reg.Address))).wakeAt(h.nextSecretLook())
+	}
+
+	if !reg.Registered {
+		// The registration was sent but its answer never arrived. The user never saw
+		// the address, so it is released without retention, once the request has
+		// certainly ended (a release before it lands would find nothing, and it would
+		// then register the address for good).
+		reg.RetentionPeriodDays = 0
+		if until, waiting := h.InFlight.MayStillBeInFlight(h.claim.UID, reg.Attempt); waiting {
+			return releaseFailed(fmt.Sprintf("an earlier registration request may still be in flight; releasing after %s",
+				until.UTC().Format(time.RFC3339))).wakeAt(until)
+		}
+		if reg.Address == "" {
+			// Send it again to learn the address (the IPAM-API returns the held one).
+			res, err := api.Register(ctx, reg.Request(sec.Value))
+			switch {
+			case err != nil && provesNothingHeld(err):
+				return h.released(ctx, reg, "nothing was held")
+			case err != nil:
+				return releaseFailed(err.Error())
+			}
+			reg.Address = res.Address
+		}
+	}
+
+	if _, err := api.Release(ctx, reg.Request(sec.Value)); err != nil {
+		// With the owning value (the fingerprint matched), "not held" means released:
+		// already, or by the retention sweeper.
+		if !ipamapi.IsNotHeld(err) && (reg.Registered || ipamapi.ClassOf(err) != ipamapi.ClassValidation) {
+			return releaseFailed(err.Error())
+		}
+		return h.released(ctx, reg, "it was not held (any more)")
+	}
+	return h.released(ctx, reg, fmt.Sprintf("retention %d days", reg.RetentionPeriodDays))
+}
+
+func orPending(a string) string {
+	if a == "" {
+		return "the pending registration"
+	}
+	return a
+}
+
+func releaseFailed(msg string) outcome {
+	return failed(ipamv1alpha1.ClaimReadyReleaseFailedReason, "releasing the address failed, retrying with back-off: "+msg).releasing()
+}
+
+// released finishes a release: the record goes (ipamutil then removes the claim's
+// finalizer in the same patch). The Secret controller drops the Secret's finalizer once
+// nothing records it any more.
+func (h *Handler) released(ctx context.Context, reg *record.Registration, how string) outcome {
+	record.Remove(h.claim)
+	h.InFlight.Forget(h.claim.UID)
+	h.subnets.forget(h.claim.UID)
+	ctrl.LoggerFrom(ctx).V(2).Info("Released address in the IPAM-API", "address", reg.Address, "how", how)
+	return outcome{}.note(corev1.EventTypeNormal, "Released", actionRelease, fmt.Sprintf("Released %s in zone %s (%s)", reg.Address, reg.Zone, how))
+}
+
+// recorded finds what was registered for the claim: the IPAddress's record, else the
+// claim's record, else nothing.
+func (h *Handler) recorded(ctx context.Context) (*record.Registration, error) {
+	addr := &ipamv1.IPAddress{}
+	err := h.Client.Get(ctx, client.ObjectKeyFromObject(h.claim), addr)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return nil, errors.Wrap(err, "reading the claim's IPAddress")
+	}
+	if err == nil && metav1.IsControlledBy(addr, h.claim) {
+		reg, err := record.OnAddress(addr.Labels, addr.Annotations)
+		if err != nil || reg != nil {
+			return reg, err
+		}
+	}
+	return record.OnClaim(h.claim.Annotations)
+}

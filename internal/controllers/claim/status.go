@@ -1,0 +1,110 @@
+package claim
+
+import (
+	"time"
+
+	"github.com/pkg/errors"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
+	"sigs.k8s.io/cluster-api/util/conditions"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+)
+
+// The actions of the events the claim controller records (events.k8s.io/v1 wants one):
+// what it was doing when it happened.
+const (
+	actionAllocate = "Allocate"
+	actionRotate   = "RotateSecret"
+	actionRelease  = "Release"
+)
+
+// outcome is what one reconcile of a claim came to. report turns it into the claim's
+// conditions, its events and the error ipamutil gets: the one place that does.
+type outcome struct {
+	// ready is the Ready condition's status; "" leaves the condition as it is.
+	ready   metav1.ConditionStatus
+	reason  string
+	message string
+	// event is the reason of the event that goes with a changed Ready condition
+	// ("" means reason).
+	event  string
+	action string
+	// set and drop are other conditions to set or remove (SecretRotated, AddressShared).
+	set  []metav1.Condition
+	drop []string
+	// notes are events that go out whatever the conditions do (Released, SecretRotated).
+	notes []note
+	// err is returned to ipamutil; with ready False and no err, the message is.
+	err error
+	// terminal waits for a change of the claim or its pool instead of retrying with
+	// back-off; wake re-queues the claim at that time too.
+	terminal bool
+	wake     time.Time
+}
+
+type note struct{ typ, reason, action, message string }
+
+func allocated(address string) outcome {
+	return outcome{ready: metav1.ConditionTrue, reason: "Allocated", message: "Allocated " + address, action: actionAllocate}
+}
+
+// failed is a Ready=False outcome; retried with back-off unless made terminal.
+func failed(reason, message string) outcome {
+	return outcome{ready: metav1.ConditionFalse, reason: reason, message: message, action: actionAllocate}
+}
+
+// transient is a failure that leaves the conditions as they are (a bound claim stays
+// Ready) and is retried with back-off.
+func transient(err error) outcome { return outcome{err: err} }
+
+func (o outcome) withEvent(reason string) outcome { o.event = reason; return o }
+func (o outcome) final() outcome                  { o.terminal = true; return o }
+func (o outcome) wakeAt(t time.Time) outcome      { o.wake = t; return o }
+func (o outcome) because(err error) outcome       { o.err = err; return o }
+func (o outcome) releasing() outcome              { o.action = actionRelease; return o }
+
+func (o outcome) note(typ, reason, action, message string) outcome {
+	o.notes = append(o.notes, note{typ, reason, action, message})
+	return o
+}
+
+// report applies an outcome to the claim (ipamutil patches it at the end of the
+// reconcile) and returns the error for ipamutil.
+func (h *Handler) report(o outcome) error {
+	if o.ready != "" {
+		prev := conditions.Get(h.claim, ipamv1.IPAddressClaimReadyCondition)
+		conditions.Set(h.claim, metav1.Condition{Type: ipamv1.IPAddressClaimReadyCondition, Status: o.ready, Reason: o.reason, Message: o.message})
+		// One event per change of the condition, never one per retry or resync.
+		if prev == nil || prev.Status != o.ready || prev.Reason != o.reason || prev.Message != o.message {
+			typ, reason := corev1.EventTypeWarning, o.reason
+			if o.ready == metav1.ConditionTrue {
+				typ = corev1.EventTypeNormal
+			}
+			if o.event != "" {
+				reason = o.event
+			}
+			h.Recorder.Eventf(h.claim, nil, typ, reason, o.action, "%s", o.message)
+		}
+	}
+	for _, c := range o.set {
+		conditions.Set(h.claim, c)
+	}
+	for _, t := range o.drop {
+		conditions.Delete(h.claim, t)
+	}
+	for _, n := range o.notes {
+		h.Recorder.Eventf(h.claim, nil, n.typ, n.reason, n.action, "%s", n.message)
+	}
+	if !o.wake.IsZero() {
+		h.Adapter.wakeAt(h.claim, o.wake)
+	}
+	err := o.err
+	if err == nil && o.ready == metav1.ConditionFalse {
+		err = errors.New(o.message)
+	}
+	if err != nil && o.terminal {
+		err = reconcile.TerminalError(err)
+	}
+	return err
+}

@@ -1,0 +1,262 @@
+package claim
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/pkg/errors"
+	"k8s.io/apimachinery/pkg/types"
+	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/index"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/record"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/registrar"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/subnet"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi"
+)
+
+// candidatesPerReconcile bounds how many taken candidates one reconcile skips.
+const candidatesPerReconcile = 16
+
+// subnetState is what this process knows about subnet-mode pools beyond the cluster:
+// candidates being registered, and addresses found held by someone else (skipped for
+// the recheck interval, then forgotten).
+type subnetState struct {
+	recheck time.Duration
+	mu      sync.Mutex
+	picked  map[string]map[netip.Addr]types.UID // zone key -> candidate -> claim
+	takenAt map[string]map[netip.Addr]time.Time // zone key -> address -> when found taken
+}
+
+// forget drops a claim's picks.
+func (s *subnetState) forget(uid types.UID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for key, m := range s.picked {
+		for a, u := range m {
+			if u == uid {
+				delete(m, a)
+			}
+		}
+		if len(m) == 0 {
+			delete(s.picked, key)
+		}
+	}
+}
+
+func (s *subnetState) markTaken(key string, a netip.Addr) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.takenAt == nil {
+		s.takenAt = map[string]map[netip.Addr]time.Time{}
+	}
+	if s.takenAt[key] == nil {
+		s.takenAt[key] = map[netip.Addr]time.Time{}
+	}
+	for b, t := range s.takenAt[key] { // prune what is no longer skipped
+		if time.Since(t) >= s.recheck {
+			delete(s.takenAt[key], b)
+		}
+	}
+	s.takenAt[key][a] = time.Now()
+}
+
+// next picks, atomically, the lowest usable address that is not used, not picked by
+// another claim and not found taken lately.
+func (s *subnetState) next(plan *subnet.Plan, key string, uid types.UID, used map[netip.Addr]bool) (netip.Addr, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cand, ok := plan.Next(func(a netip.Addr) bool {
+		if used[a] {
+			return true
+		}
+		if u, ok := s.picked[key][a]; ok && u != uid {
+			return true
+		}
+		t, ok := s.takenAt[key][a]
+		return ok && time.Since(t) < s.recheck
+	})
+	if ok {
+		if s.picked == nil {
+			s.picked = map[string]map[netip.Addr]types.UID{}
+		}
+		if s.picked[key] == nil {
+			s.picked[key] = map[netip.Addr]types.UID{}
+		}
+		s.picked[key][cand] = uid
+	}
+	return cand, ok
+}
+
+// subnetKey scopes picks and taken addresses to an IPAM-API zone (pools whose subnets
+// overlap see each other's picks).
+func subnetKey(endpoint, zone string) string {
+	return ipamapi.NormalizeEndpoint(endpoint) + "|" + zone
+}
+
+// allocateInSubnet registers a host address of the pool's subnet for the claim: the
+// address the user asked for, or candidates picked in order, each recorded on the
+// claim before it is sent. A candidate someone else holds is skipped; one another
+// holder of the same secret holds ("updated" on the first attempt) is given back.
+func (h *Handler) allocateInSubnet(ctx context.Context, address *ipamv1.IPAddress, reg *record.Registration) outcome {
+	spec := h.pool.PoolSpec()
+	plan, err := subnet.New(spec.Subnet, spec.Gateway, spec.ExcludedAddresses)
+	if err != nil {
+		return failed(ipamv1.IPAddressClaimReadyPoolNotReadyReason, err.Error()+"; fix the pool's spec.subnet").final()
+	}
+	if reg.Address != "" && !reg.Candidate {
+		if a, err := ipamapi.ParseHost(reg.Address); err != nil || !plan.Usable(a) {
+			return asOutcome(invalidAnnotation(ipamv1alpha1.AddressesAnnotation, "%s is not a usable address of subnet %s "+
+				"(network, broadcast, gateway and excluded addresses are not)", reg.Address, spec.Subnet))
+		}
+		if o := h.checkShare(ctx, reg); o != nil {
+			return *o
+		}
+	}
+	api, sec, o := h.connect(ctx, reg)
+	if o != nil {
+		return *o
+	}
+	key := subnetKey(reg.Endpoint, reg.Zone)
+	if reg.Declined {
+		if o := h.decline(ctx, api, sec, reg, key); o != nil {
+			return *o
+		}
+	}
+
+	for range candidatesPerReconcile {
+		if reg.Address == "" {
+			cand, ok, err := h.pickCandidate(ctx, plan, key)
+			if err != nil {
+				return transient(err)
+			}
+			if !ok {
+				if err := h.setRecordIfAny(ctx, reg); err != nil {
+					return transient(err)
+				}
+				return failed(ipamv1.IPAddressClaimReadyPoolExhaustedReason, fmt.Sprintf("subnet %s of %s %s has no free address: every usable "+
+					"address is in use, excluded or held elsewhere; the claim binds when one frees up", spec.Subnet, h.claim.Spec.PoolRef.Kind, h.pool.GetName()))
+			}
+			reg.Address, reg.Candidate, reg.Attempt = netip.PrefixFrom(cand, cand.BitLen()).String(), true, time.Time{}
+		}
+		if o := h.checkIdentityFree(ctx, reg); o != nil {
+			return *o
+		}
+		if until, waiting := h.InFlight.MayStillBeInFlight(h.claim.UID, reg.Attempt); waiting {
+			return failed(ipamv1.IPAddressClaimReadyAllocationFailedReason, fmt.Sprintf("an earlier registration of %s may still be in "+
+				"flight in the IPAM-API; the next is sent after %s", reg.Address, until.UTC().Format(time.RFC3339))).wakeAt(until)
+		}
+		firstAttempt := reg.Attempt.IsZero()
+		if o := h.writePending(ctx, reg, sec); o != nil {
+			return *o
+		}
+		res, err := api.Register(ctx, reg.Request(sec.Value))
+		if answered(err) {
+			h.InFlight.SawAnswer(h.claim.UID, reg.Attempt)
+		}
+		cand, _ := ipamapi.ParseHost(reg.Address)
+		switch {
+		case err == nil && res.Updated() && firstAttempt && reg.Candidate:
+			// Another holder of the same secret has it: two nodes must never share an
+			// address. Give this claim's hold back and take the next candidate.
+			if o := h.decline(ctx, api, sec, reg, key); o != nil {
+				return *o
+			}
+		case err == nil:
+			// The pick stays until the IPAddress is in the cache (see bound), so no other
+			// claim of this process picks the address meanwhile.
+			return h.registered(ctx, address, reg, res)
+		case ipamapi.ClassOf(err) == ipamapi.ClassWrongSecret && reg.Candidate:
+			h.subnets.markTaken(key, cand)
+			reg.Address, reg.Attempt = "", time.Time{}
+		case ipamapi.ClassOf(err) == ipamapi.ClassNotInZone && reg.Candidate:
+			// The pool's subnet is not (all) in its zone: a pool error, shown on the pool too.
+			return h.refuse(ctx, failed(ipamv1alpha1.ClaimReadySubnetOutsideZoneReason, fmt.Sprintf("the IPAM-API says %s of subnet %s "+
+				"is not in zone %s: the pool's subnet lies outside its zone; fix spec.subnet or spec.zone of %s %s", reg.Address, spec.Subnet,
+				reg.Zone, h.claim.Spec.PoolRef.Kind, h.pool.GetName())), sec.ResourceVersion, reg, true)
+		default:
+			return h.registerFailed(ctx, reg, sec, err, firstAttempt)
+		}
+	}
+	if err := h.setRecordIfAny(ctx, reg); err != nil {
+		return transient(err)
+	}
+	return failed(ipamv1.IPAddressClaimReadyAllocationFailedReason,
+		fmt.Sprintf("the first %d candidates of subnet %s were held elsewhere; trying the next ones", candidatesPerReconcile, spec.Subnet))
+}
+
+// decline releases this claim's hold on a candidate someone else holds, and moves on.
+func (h *Handler) decline(ctx context.Context, api ipamapi.Client, sec *registrar.Secret, reg *record.Registration, key string) *outcome {
+	if !reg.Declined {
+		// Saved before the release: after a restart it is given back, never accepted.
+		reg.Declined = true
+		if err := h.WriteRecord(ctx, h.claim, reg, nil); err != nil {
+			o := transient(err)
+			return &o
+		}
+	}
+	req := reg.Request(sec.Value)
+	req.RetentionPeriodDays = 0
+	if _, err := api.Release(ctx, req); err != nil && !ipamapi.IsNotHeld(err) {
+		o := h.registerFailed(ctx, reg, sec, err, false) // the next reconcile gives it back before anything else
+		return &o
+	}
+	cand, _ := ipamapi.ParseHost(reg.Address)
+	h.subnets.markTaken(key, cand)
+	reg.Address, reg.Attempt, reg.Declined = "", time.Time{}, false
+	return nil
+}
+
+// pickCandidate returns the lowest usable address of the subnet that no IPAddress of
+// the pool has, no other claim of the pool has recorded, and that is not known to be
+// held elsewhere.
+func (h *Handler) pickCandidate(ctx context.Context, plan *subnet.Plan, key string) (netip.Addr, bool, error) {
+	kind := h.claim.Spec.PoolRef.Kind
+	opts := func(field string) []client.ListOption {
+		o := []client.ListOption{client.MatchingFields{field: index.PoolRefValue(kind, h.pool.GetName())}}
+		if h.pool.GetNamespace() != "" {
+			o = append(o, client.InNamespace(h.pool.GetNamespace()))
+		}
+		return o
+	}
+	used := map[netip.Addr]bool{}
+	addrs := &ipamv1.IPAddressList{}
+	if err := h.Client.List(ctx, addrs, opts(index.AddressPoolRef)...); err != nil {
+		return netip.Addr{}, false, errors.Wrap(err, "listing the pool's IPAddresses")
+	}
+	for _, a := range addrs.Items {
+		if ip, err := netip.ParseAddr(a.Spec.Address); err == nil {
+			used[ip] = true
+		}
+	}
+	claims := &ipamv1.IPAddressClaimList{}
+	if err := h.Client.List(ctx, claims, opts(index.ClaimPoolRef)...); err != nil {
+		return netip.Addr{}, false, errors.Wrap(err, "listing the pool's claims")
+	}
+	for _, c := range claims.Items {
+		if rec, _ := record.OnClaim(c.Annotations); c.UID != h.claim.UID && rec != nil && rec.Address != "" {
+			if ip, err := ipamapi.ParseHost(rec.Address); err == nil {
+				used[ip] = true
+			}
+		}
+	}
+	cand, ok := h.subnets.next(plan, key, h.claim.UID, used)
+	return cand, ok, nil
+}
+
+// setRecordIfAny saves the claim's record as it is now, or removes it when it names
+// nothing any more, at once.
+func (h *Handler) setRecordIfAny(ctx context.Context, reg *record.Registration) error {
+	if reg.Address == "" && !reg.Registered {
+		if _, ok := h.claim.Annotations[ipamv1alpha1.RegistrationAnnotation]; !ok {
+			return nil
+		}
+		return h.WriteRecord(ctx, h.claim, nil, nil)
+	}
+	return h.WriteRecord(ctx, h.claim, reg, nil)
+}

@@ -1,0 +1,93 @@
+package pool
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/pkg/errors"
+
+	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/registrar"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi"
+)
+
+// check is the result of a readiness check: a Ready reason and its message.
+type check struct{ reason, message string }
+
+// probeServiceName is the service_name of the readiness check's request.
+const probeServiceName = "vitistack-ipam-pool-probe"
+
+// check asks the IPAM-API whether it accepts the pool's zone, family and secret, with
+// a release of an address nobody can hold (from a documentation range): it changes
+// nothing; 404 means every check passed, 400 carries the reason.
+func (r *Reconciler) check(ctx context.Context, pool ipamv1alpha1.Pool) check {
+	reg, err := r.ForPool(ctx, pool)
+	if err != nil {
+		var ce *registrar.ConfigError
+		if errors.As(err, &ce) {
+			return check{ipamv1alpha1.PoolReadyIPAMAPIUnreachableReason, ce.Msg}
+		}
+		return check{ipamv1alpha1.PoolReadyIPAMAPIUnreachableReason, err.Error()}
+	}
+	api, err := r.API(ctx, reg)
+	if err != nil {
+		return check{ipamv1alpha1.PoolReadyCABundleNotFoundReason, err.Error()}
+	}
+	sec, err := r.Secrets.Get(ctx, reg.Secret, true)
+	if err != nil {
+		var inv *registrar.SecretInvalidError
+		var nf *registrar.SecretNotFoundError
+		switch {
+		case errors.As(err, &inv):
+			return check{ipamv1alpha1.PoolReadySecretInvalidReason, err.Error()}
+		case errors.As(err, &nf) && nf.Hint != "":
+			return check{ipamv1alpha1.PoolReadySecretNotFoundReason, err.Error()}
+		case errors.As(err, &nf):
+			return check{ipamv1alpha1.PoolReadySecretNotFoundReason, err.Error() + ": create it (type Opaque) or fix spec.secretRef"}
+		}
+		return check{ipamv1alpha1.PoolReadyIPAMAPIUnreachableReason, err.Error()}
+	}
+	reg.Address = "192.0.2.1/32" // TEST-NET-1, in no zone
+	if reg.Family == ipamapi.FamilyIPv6 {
+		reg.Address = "2001:db8::1/128" // documentation range, in no zone
+	}
+	reg.Identity.ServiceName, reg.Identity.NamespaceID = probeServiceName, probeServiceName
+	_, err = api.Release(ctx, reg.Request(sec.Value))
+	accepted := check{ipamv1alpha1.PoolReadyReason, fmt.Sprintf("the IPAM-API at %s accepts zone %s, family %s", reg.Endpoint, reg.Zone, reg.Family)}
+	refused := func(what string) check {
+		return check{ipamv1alpha1.PoolReadyZoneRejectedReason, fmt.Sprintf("the readiness check (a release of %s, which nobody holds) was refused "+
+			"by the IPAM-API at %s: %v; %s", reg.Address, reg.Endpoint, err, what)}
+	}
+	switch ipamapi.ClassOf(err) {
+	case ipamapi.ClassNotHeld:
+		return accepted
+	case ipamapi.ClassValidation:
+		return refused("fix spec.zone or spec.ipFamily")
+	case ipamapi.ClassNoPrefixes:
+		if poolWasReady(pool) {
+			return check{ipamv1alpha1.PoolReadyBackendFailingReason, fmt.Sprintf("the IPAM-API at %s has no prefixes for zone %s, family %s "+
+				"although it had before (it loads them after a restart): %v", reg.Endpoint, reg.Zone, reg.Family, err)}
+		}
+		return refused(fmt.Sprintf("zone %s has no %s prefixes: fix spec.zone or spec.ipFamily", reg.Zone, reg.Family))
+	case ipamapi.ClassBackendFailing:
+		return check{ipamv1alpha1.PoolReadyBackendFailingReason, fmt.Sprintf("the IPAM-API at %s answers, but its own backend is failing: %v",
+			reg.Endpoint, err)}
+	case "":
+		if err == nil {
+			return accepted // not expected from a real server; the address is in no zone
+		}
+		return check{ipamv1alpha1.PoolReadyIPAMAPIUnreachableReason, err.Error()}
+	}
+	return check{ipamv1alpha1.PoolReadyIPAMAPIUnreachableReason, fmt.Sprintf("%v; check the endpoint URL (spec.endpoint or --ipam-api-url)", err)}
+}
+
+// poolWasReady reports whether the pool's last status said Ready (for a "no prefixes"
+// answer: transient after the IPAM-API restarted, or the pool never worked).
+func poolWasReady(pool ipamv1alpha1.Pool) bool {
+	for _, c := range pool.PoolStatus().Conditions {
+		if c.Type == ipamv1alpha1.PoolReadyCondition {
+			return c.Status == "True" || c.Reason == ipamv1alpha1.PoolReadyBackendFailingReason
+		}
+	}
+	return false
+}

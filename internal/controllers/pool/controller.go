@@ -1,0 +1,185 @@
+package pool
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
+	"sigs.k8s.io/cluster-api/util/annotations"
+	"sigs.k8s.io/cluster-api/util/conditions"
+	capicontroller "sigs.k8s.io/cluster-api/util/controller"
+	"sigs.k8s.io/cluster-api/util/patch"
+	"sigs.k8s.io/cluster-api/util/predicates"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/registrar"
+)
+
+// +kubebuilder:rbac:groups=ipam.vitistack.io,resources=vitistackippools/status;globalvitistackippools/status,verbs=patch
+
+// Reconciler keeps a pool's status true.
+type Reconciler struct {
+	// Registrar gives the secrets, clients and configuration the claims use, so the
+	// pool's Ready condition checks exactly what its claims will meet.
+	*registrar.Registrar
+	// Kind is VitistackIPPool or GlobalVitistackIPPool.
+	Kind string
+	// Recorder emits events on pools.
+	Recorder events.EventRecorder
+
+	mu     sync.Mutex
+	probed map[types.NamespacedName]probe
+	// controller holds a pool's next reconcile until the cache has seen the status this
+	// one wrote (Cluster API's stale-cache protection).
+	controller capicontroller.Controller
+}
+
+// probe is the last readiness check of a pool.
+type probe struct {
+	uid        types.UID
+	generation int64
+	at         time.Time
+	next       time.Duration
+	result     check
+}
+
+func (r *Reconciler) newPool() ipamv1alpha1.Pool {
+	if r.Kind == ipamv1alpha1.GlobalVitistackIPPoolKind {
+		return &ipamv1alpha1.GlobalVitistackIPPool{}
+	}
+	return &ipamv1alpha1.VitistackIPPool{}
+}
+
+// SetupWithManager registers the reconciler for its kind.
+func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+	r.probed = map[types.NamespacedName]probe{}
+	addressCameOrWent := predicate.Funcs{
+		CreateFunc:  func(event.CreateEvent) bool { return true },
+		DeleteFunc:  func(event.DeleteEvent) bool { return true },
+		UpdateFunc:  func(event.UpdateEvent) bool { return false },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
+	// Cluster API's builder: capi_reconcile_* metrics, and at most one reconcile of a pool
+	// per second, which coalesces the status patches of a burst of claims.
+	c, err := capicontroller.NewControllerManagedBy(mgr, ctrl.LoggerFrom(ctx)).
+		Named(r.Kind).
+		For(r.newPool()).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 2}).
+		WithEventFilter(predicates.ResourceNotPausedAndHasFilterLabel(mgr.GetScheme(), ctrl.LoggerFrom(ctx), r.Config.WatchFilterValue)).
+		Watches(&ipamv1.IPAddress{}, handler.EnqueueRequestsFromMapFunc(r.addressToPool), addressCameOrWent).
+		// A claim that finds the subnet outside the zone (or stops doing so) changes Ready.
+		Watches(&ipamv1.IPAddressClaim{}, handler.EnqueueRequestsFromMapFunc(r.claimToPool), predicate.Funcs{
+			CreateFunc:  func(event.CreateEvent) bool { return false },
+			DeleteFunc:  func(e event.DeleteEvent) bool { return outsideZone(e.Object) },
+			UpdateFunc:  func(e event.UpdateEvent) bool { return outsideZone(e.ObjectOld) != outsideZone(e.ObjectNew) },
+			GenericFunc: func(event.GenericEvent) bool { return false },
+		}).
+		Build(ctx, r)
+	r.controller = c
+	return err
+}
+
+func outsideZone(o client.Object) bool {
+	c, ok := o.(*ipamv1.IPAddressClaim)
+	if !ok {
+		return false
+	}
+	cond := conditions.Get(c, ipamv1.IPAddressClaimReadyCondition)
+	return cond != nil && cond.Reason == ipamv1alpha1.ClaimReadySubnetOutsideZoneReason
+}
+
+func (r *Reconciler) poolKey(ref ipamv1.IPPoolReference, namespace string) []reconcile.Request {
+	if ref.APIGroup != ipamv1alpha1.GroupVersion.Group || ref.Kind != r.Kind {
+		return nil
+	}
+	key := types.NamespacedName{Name: ref.Name}
+	if r.Kind == ipamv1alpha1.VitistackIPPoolKind {
+		key.Namespace = namespace
+	}
+	return []reconcile.Request{{NamespacedName: key}}
+}
+
+func (r *Reconciler) addressToPool(_ context.Context, o client.Object) []reconcile.Request {
+	return r.poolKey(o.(*ipamv1.IPAddress).Spec.PoolRef, o.GetNamespace())
+}
+
+func (r *Reconciler) claimToPool(_ context.Context, o client.Object) []reconcile.Request {
+	return r.poolKey(o.(*ipamv1.IPAddressClaim).Spec.PoolRef, o.GetNamespace())
+}
+
+// Reconcile computes the pool's status and patches it when it changed.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, reterr error) {
+	pool := r.newPool()
+	if err := r.Client.Get(ctx, req.NamespacedName, pool); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.forget(req.NamespacedName)
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, err
+	}
+	if annotations.HasPaused(pool) {
+		return ctrl.Result{}, nil
+	}
+	helper, err := patch.NewHelper(pool, r.Client)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	facts, err := r.gather(ctx, pool)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	p := r.readiness(ctx, req.NamespacedName, pool)
+	r.compute(pool, facts, p.result)
+	if err := helper.Patch(ctx, pool, patch.WithOwnedConditions{Conditions: []string{ipamv1alpha1.PoolReadyCondition, ipamv1alpha1.PoolExhaustedCondition}}); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if pool.GetResourceVersion() != "" {
+		r.controller.DeferNextReconcileUntilCacheUpToDate(pool, capicontroller.StructuredObject(ipamv1alpha1.GroupVersion, r.Kind), pool.GetResourceVersion())
+	}
+	if !pool.GetDeletionTimestamp().IsZero() {
+		return ctrl.Result{}, nil
+	}
+	return ctrl.Result{RequeueAfter: max(p.next-time.Since(p.at), time.Second)}, nil
+}
+
+// readiness returns the pool's last readiness check, checking again when the pool
+// changed or the last check is due.
+func (r *Reconciler) readiness(ctx context.Context, key types.NamespacedName, pool ipamv1alpha1.Pool) probe {
+	r.mu.Lock()
+	last, ok := r.probed[key]
+	r.mu.Unlock()
+	if ok && last.uid == pool.GetUID() && last.generation == pool.GetGeneration() && time.Since(last.at) < last.next {
+		return last
+	}
+	interval := r.Config.PoolProbeInterval
+	if interval <= 0 {
+		interval = 5 * time.Minute
+	}
+	res := r.check(ctx, pool)
+	next := interval
+	if res.reason != ipamv1alpha1.PoolReadyReason {
+		next = min(interval, time.Minute) // a broken pool is checked again sooner; a fix to the pool triggers at once
+	}
+	p := probe{uid: pool.GetUID(), generation: pool.GetGeneration(), at: time.Now(), next: next, result: res}
+	r.mu.Lock()
+	r.probed[key] = p
+	r.mu.Unlock()
+	return p
+}
+
+func (r *Reconciler) forget(key types.NamespacedName) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.probed, key)
+}

@@ -1,0 +1,72 @@
+package service
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/pkg/errors"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/lbservice"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi"
+)
+
+// publish writes the addresses for users and MetalLB. status.loadBalancer is MetalLB's.
+func (r *Reconciler) publish(ctx context.Context, svc *corev1.Service, spec *lbservice.Spec, published map[ipamapi.Family]string) error {
+	before := svc.DeepCopy()
+	var ips, asked []string
+	for _, fam := range spec.Families {
+		if a, ok := spec.Addresses[fam]; ok {
+			asked = append(asked, lbservice.Bare(a))
+		} else if a, ok := published[fam]; ok {
+			asked = append(asked, lbservice.Bare(a))
+		}
+		if a, ok := published[fam]; ok {
+			ips = append(ips, lbservice.Bare(a))
+		}
+	}
+	set := func(k, v string) {
+		if v == "" {
+			delete(svc.Annotations, k)
+		} else {
+			svc.Annotations[k] = v
+		}
+	}
+	if len(asked) > 0 && !sameAddresses(svc.Annotations[ipamv1alpha1.AddressesAnnotation], asked) {
+		set(ipamv1alpha1.AddressesAnnotation, strings.Join(asked, ","))
+	}
+	set(lbservice.MetalLBLoadBalancerIPsAnnotation, strings.Join(ips, ","))
+	if len(ips) > 0 {
+		set(lbservice.MetalLBAllowSharedIPAnnotation, spec.SharingKey)
+	}
+	if maps.Equal(before.Annotations, svc.Annotations) {
+		return nil
+	}
+	if err := r.Client.Patch(ctx, svc, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		return errors.Wrap(err, "writing the addresses to the Service")
+	}
+	r.wrote(svc, serviceType, svc)
+	if len(ips) > 0 && before.Annotations[lbservice.MetalLBLoadBalancerIPsAnnotation] != svc.Annotations[lbservice.MetalLBLoadBalancerIPsAnnotation] {
+		r.Recorder.Eventf(svc, nil, corev1.EventTypeNormal, ipamv1alpha1.ClaimReadyAllocatedReason, actionAllocate, "Addresses %s handed to MetalLB", strings.Join(ips, ","))
+	}
+	return nil
+}
+
+// sameAddresses reports whether an addresses annotation already says what is asked
+// (in any order or form, bare or CIDR), so a user's or GitOps tool's value is kept.
+func sameAddresses(value string, asked []string) bool {
+	var have []string
+	for _, part := range strings.Split(value, ",") {
+		if a, err := ipamapi.ParseHost(part); err == nil {
+			have = append(have, a.String())
+		}
+	}
+	want := slices.Clone(asked)
+	slices.Sort(have)
+	slices.Sort(want)
+	return slices.Equal(have, want)
+}

@@ -1,0 +1,173 @@
+package index
+
+import (
+	"context"
+
+	"github.com/pkg/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/record"
+)
+
+// Field indexes on the manager's cache.
+const (
+	// ClaimPoolRef indexes IPAddressClaims by PoolRefValue of spec.poolRef.
+	ClaimPoolRef = "vitistack.spec.poolRef"
+	// AddressPoolRef indexes IPAddresses by PoolRefValue of spec.poolRef.
+	AddressPoolRef = "vitistack.spec.poolRef"
+	// ClaimRegistration indexes IPAddressClaims by the holder key of their record.
+	ClaimRegistration = "vitistack.registration"
+	// AddressRegistration indexes IPAddresses by the holder key of their record.
+	AddressRegistration = "vitistack.registration"
+	// ClaimHost indexes IPAddressClaims by the record.HostKey their record names.
+	ClaimHost = "vitistack.host"
+	// AddressHost indexes IPAddresses by the record.HostKey of their record.
+	AddressHost = "vitistack.host"
+	// ClaimSecret indexes IPAddressClaims by the Secrets (namespace/name) their record
+	// names: the owner and a rotation's target.
+	ClaimSecret = "vitistack.secret"
+	// AddressSecret indexes IPAddresses by the Secret (namespace/name) that owns them.
+	AddressSecret = "vitistack.secret"
+	// ClaimWaiting indexes unbound, live IPAddressClaims whose pool had no room for
+	// them, by PoolRefValue: the claims a freed address wakes.
+	ClaimWaiting = "vitistack.waiting"
+	// ClaimSubnetOutsideZone indexes IPAddressClaims that found their pool's subnet
+	// outside its zone, by PoolRefValue: the pool is not Ready while any exists.
+	ClaimSubnetOutsideZone = "vitistack.subnetOutsideZone"
+)
+
+// PoolRefValue is the index value of a reference to one of this provider's pools.
+func PoolRefValue(kind, name string) string {
+	return ipamv1alpha1.GroupVersion.Group + "/" + kind + "/" + name
+}
+
+func poolRefValues(ref ipamv1.IPPoolReference) []string {
+	if ref.APIGroup != ipamv1alpha1.GroupVersion.Group {
+		return nil
+	}
+	return []string{PoolRefValue(ref.Kind, ref.Name)}
+}
+
+// SecretValue is the index value of a Secret.
+func SecretValue(ref record.ObjectRef) string { return ref.ObjectKey().String() }
+
+type indexer struct {
+	obj   client.Object
+	field string
+	what  string
+	fn    client.IndexerFunc
+}
+
+func claimRecord(o client.Object) *record.Registration {
+	r, err := record.OnClaim(o.GetAnnotations())
+	if err != nil {
+		return nil
+	}
+	return r
+}
+
+func addressRecord(o client.Object) *record.Registration {
+	r, err := record.OnAddress(o.GetLabels(), o.GetAnnotations())
+	if err != nil {
+		return nil
+	}
+	return r
+}
+
+func readyReason(c *ipamv1.IPAddressClaim) string {
+	if cond := meta.FindStatusCondition(c.Status.Conditions, ipamv1.IPAddressClaimReadyCondition); cond != nil {
+		return cond.Reason
+	}
+	return ""
+}
+
+var indexers = []indexer{
+	{&ipamv1.IPAddressClaim{}, ClaimPoolRef, "IPAddressClaims by pool", func(o client.Object) []string {
+		return poolRefValues(o.(*ipamv1.IPAddressClaim).Spec.PoolRef)
+	}},
+	{&ipamv1.IPAddressClaim{}, ClaimRegistration, "IPAddressClaims by registration", func(o client.Object) []string {
+		if r := claimRecord(o); r != nil {
+			return []string{r.Key()}
+		}
+		return nil
+	}},
+	{&ipamv1.IPAddressClaim{}, ClaimHost, "IPAddressClaims by address", func(o client.Object) []string {
+		if r := claimRecord(o); r != nil && r.HostKey() != "" {
+			return []string{r.HostKey()}
+		}
+		return nil
+	}},
+	{&ipamv1.IPAddressClaim{}, ClaimSecret, "IPAddressClaims by secret", func(o client.Object) []string {
+		r := claimRecord(o)
+		if r == nil {
+			return nil
+		}
+		var out []string
+		for _, s := range r.Secrets() {
+			out = append(out, SecretValue(s))
+		}
+		return out
+	}},
+	{&ipamv1.IPAddressClaim{}, ClaimWaiting, "IPAddressClaims waiting for room", func(o client.Object) []string {
+		c := o.(*ipamv1.IPAddressClaim)
+		if c.Status.AddressRef.Name != "" || !c.DeletionTimestamp.IsZero() || readyReason(c) != ipamv1.IPAddressClaimReadyPoolExhaustedReason {
+			return nil
+		}
+		return poolRefValues(c.Spec.PoolRef)
+	}},
+	{&ipamv1.IPAddressClaim{}, ClaimSubnetOutsideZone, "IPAddressClaims that found the subnet outside the zone", func(o client.Object) []string {
+		c := o.(*ipamv1.IPAddressClaim)
+		if readyReason(c) != ipamv1alpha1.ClaimReadySubnetOutsideZoneReason {
+			return nil
+		}
+		return poolRefValues(c.Spec.PoolRef)
+	}},
+	{&ipamv1.IPAddress{}, AddressPoolRef, "IPAddresses by pool", func(o client.Object) []string {
+		return poolRefValues(o.(*ipamv1.IPAddress).Spec.PoolRef)
+	}},
+	{&ipamv1.IPAddress{}, AddressRegistration, "IPAddresses by registration", func(o client.Object) []string {
+		if r := addressRecord(o); r != nil {
+			return []string{r.Key()}
+		}
+		return nil
+	}},
+	{&ipamv1.IPAddress{}, AddressHost, "IPAddresses by address", func(o client.Object) []string {
+		if r := addressRecord(o); r != nil {
+			return []string{r.HostKey()}
+		}
+		return nil
+	}},
+	{&ipamv1.IPAddress{}, AddressSecret, "IPAddresses by secret", func(o client.Object) []string {
+		if r := addressRecord(o); r != nil {
+			return []string{SecretValue(r.Secret)}
+		}
+		return nil
+	}},
+}
+
+// Setup registers the field indexes on the manager's cache.
+func Setup(ctx context.Context, mgr ctrl.Manager) error {
+	return Register(ctx, mgr.GetFieldIndexer())
+}
+
+// Register adds the field indexes to idx (the manager's, or a fake client builder's
+// through RegisterFake).
+func Register(ctx context.Context, idx client.FieldIndexer) error {
+	for _, i := range indexers {
+		if err := idx.IndexField(ctx, i.obj, i.field, i.fn); err != nil {
+			return errors.Wrapf(err, "indexing %s", i.what)
+		}
+	}
+	return nil
+}
+
+// Each calls fn for every index, so a fake client can be given the same ones.
+func Each(fn func(obj client.Object, field string, extract client.IndexerFunc)) {
+	for _, i := range indexers {
+		fn(i.obj, i.field, i.fn)
+	}
+}

@@ -1,0 +1,56 @@
+package record
+
+import (
+	"strings"
+
+	"github.com/pkg/errors"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// DefaultSecretKey is the key of the value in every IPAM-API secret.
+const DefaultSecretKey = "secret"
+
+// ObjectRef names a key of a Secret, or of a ConfigMap or Secret holding a CA bundle.
+type ObjectRef struct {
+	Kind      string `json:"kind,omitempty"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Key       string `json:"key"`
+}
+
+// String is namespace/name/key, with "Kind:" in front for anything but a Secret.
+func (r ObjectRef) String() string {
+	if r.Name == "" {
+		return ""
+	}
+	s := r.Namespace + "/" + r.Name + "/" + r.Key
+	if r.Kind != "" && r.Kind != "Secret" {
+		s = r.Kind + ":" + s
+	}
+	return s
+}
+
+// IsZero reports whether r names nothing.
+func (r ObjectRef) IsZero() bool { return r.Name == "" }
+
+// ObjectKey is the namespace and name of the object r points at.
+func (r ObjectRef) ObjectKey() types.NamespacedName {
+	return types.NamespacedName{Namespace: r.Namespace, Name: r.Name}
+}
+
+// ParseObjectRef reads what String wrote; "" is the zero ObjectRef.
+func ParseObjectRef(s string) (ObjectRef, error) {
+	if s == "" {
+		return ObjectRef{}, nil
+	}
+	r := ObjectRef{Kind: "Secret"}
+	if kind, rest, ok := strings.Cut(s, ":"); ok {
+		r.Kind, s = kind, rest
+	}
+	parts := strings.Split(s, "/")
+	if len(parts) != 3 || parts[0] == "" || parts[1] == "" || parts[2] == "" {
+		return ObjectRef{}, errors.Errorf("%q is not namespace/name/key", s)
+	}
+	r.Namespace, r.Name, r.Key = parts[0], parts[1], parts[2]
+	return r, nil
+}

@@ -1,0 +1,7 @@
+// Package registrar is what every controller shares to talk to the IPAM-API safely:
+// the Secrets (read uncached, the default one created on first use), the IPAM-API
+// client of each endpoint, the in-flight set that keeps two requests for one IPAM-API
+// identity from ever being in flight at once, the pool's base registration, and the
+// writes of the registration record on a claim. One Registrar is built by the manager
+// and injected into the claim, pool and Service controllers.
+package registrar

@@ -1,0 +1,222 @@
+package registrar
+
+import (
+	"context"
+	"crypto/rand"
+	"math/big"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/pkg/errors"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/record"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi"
+)
+
+// SecretNotFoundError marks a Secret (or key) that does not exist: a user must create it.
+type SecretNotFoundError struct {
+	Ref record.ObjectRef
+	// Hint says what to do, when there is more to say than "create it".
+	Hint string
+}
+
+func (e *SecretNotFoundError) Error() string {
+	s := "Secret " + e.Ref.Namespace + "/" + e.Ref.Name + " with key " + e.Ref.Key + " not found"
+	if e.Hint != "" {
+		s += ": " + e.Hint
+	}
+	return s
+}
+
+// SecretInvalidError marks a Secret whose value the IPAM-API cannot accept.
+type SecretInvalidError struct {
+	Ref record.ObjectRef
+	N   int
+	// ResourceVersion is the Secret's, so a fix is noticed.
+	ResourceVersion string
+}
+
+func (e *SecretInvalidError) Error() string {
+	return "the value of Secret " + e.Ref.Namespace + "/" + e.Ref.Name + " key " + e.Ref.Key +
+		" must be 8 to 64 characters long for the IPAM-API (it has " + strconv.Itoa(e.N) + ")"
+}
+
+// Secret is what one read of an IPAM-API Secret found.
+type Secret struct {
+	Ref record.ObjectRef
+	// Value is the secret value; it never goes into a log, an event, an error or an object.
+	Value ipamapi.Secret
+	// ResourceVersion changes whenever the Secret does.
+	ResourceVersion string
+	// Protected is true when the Secret has the secret-in-use finalizer.
+	Protected bool
+	// Deleting is true when the Secret is being deleted.
+	Deleting bool
+	// Fingerprint is the fingerprint recorded on the Secret for Ref.Key ("" if none).
+	Fingerprint string
+}
+
+// Changed reports whether the value differs from the one the Secret's addresses were
+// registered under (false while none is recorded).
+func (s *Secret) Changed() bool {
+	return s.Fingerprint != "" && s.Fingerprint != record.Fingerprint([]byte(s.Value))
+}
+
+// Ready reports whether new registrations may be made under the Secret: it is
+// protected and fingerprinted by the Secret controller with its present value, and
+// not being deleted.
+func (s *Secret) Ready() bool {
+	return s.Protected && !s.Deleting && s.Fingerprint == record.Fingerprint([]byte(s.Value))
+}
+
+// Secrets reads IPAM-API secrets and CA bundles straight from the API server (Secrets
+// are not cached, so the manager needs no cluster-wide list/watch on them) and creates
+// the default secret on first use.
+type Secrets struct {
+	// Reader reads Secrets and ConfigMaps uncached.
+	Reader client.Reader
+	// Writer creates the default secret.
+	Writer client.Writer
+	// Default is the provider's default secret.
+	Default types.NamespacedName
+}
+
+// IsDefault reports whether ref is the provider's default secret.
+func (s *Secrets) IsDefault(ref record.ObjectRef) bool {
+	return ref.Namespace == s.Default.Namespace && ref.Name == s.Default.Name && ref.Key == record.DefaultSecretKey
+}
+
+// Get reads the Secret ref points at, with one uncached GET. With createDefault, a
+// missing default secret is created first (never one named by a user).
+func (s *Secrets) Get(ctx context.Context, ref record.ObjectRef, createDefault bool) (*Secret, error) {
+	sec := &corev1.Secret{}
+	err := s.Reader.Get(ctx, ref.ObjectKey(), sec)
+	if apierrors.IsNotFound(err) && createDefault && s.IsDefault(ref) {
+		sec, err = s.createDefault(ctx)
+	}
+	if err != nil {
+		var nf *SecretNotFoundError
+		if apierrors.IsNotFound(err) {
+			return nil, &SecretNotFoundError{Ref: ref}
+		} else if errors.As(err, &nf) {
+			return nil, err
+		}
+		return nil, errors.Wrapf(err, "reading Secret %s/%s", ref.Namespace, ref.Name)
+	}
+	v, ok := sec.Data[ref.Key]
+	if !ok {
+		return nil, &SecretNotFoundError{Ref: ref}
+	}
+	if n := utf8.RuneCount(v); n < 8 || n > 64 { // the IPAM-API counts characters
+		return nil, &SecretInvalidError{Ref: ref, N: n, ResourceVersion: sec.ResourceVersion}
+	}
+	return &Secret{
+		Ref:             ref,
+		Value:           ipamapi.Secret(v),
+		ResourceVersion: sec.ResourceVersion,
+		Protected:       controllerutil.ContainsFinalizer(sec, ipamv1alpha1.SecretInUseFinalizer),
+		Deleting:        !sec.DeletionTimestamp.IsZero(),
+		Fingerprint:     record.Fingerprints(sec.Annotations)[ref.Key],
+	}, nil
+}
+
+// Version is the Secret's resourceVersion, "" when it does not exist: what a claim
+// refused for its Secret compares to notice a fix.
+func (s *Secrets) Version(ctx context.Context, ref record.ObjectRef) (string, error) {
+	sec := &metav1.PartialObjectMetadata{}
+	sec.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+	if err := s.Reader.Get(ctx, ref.ObjectKey(), sec); err != nil {
+		return "", client.IgnoreNotFound(errors.Wrapf(err, "reading Secret %s/%s", ref.Namespace, ref.Name))
+	}
+	return sec.ResourceVersion, nil
+}
+
+// createDefault creates the default secret. Many claims may find it missing at once,
+// here and in other processes: the API server's create decides, the losers read the
+// winner's, and an existing secret is never changed. No lock is held.
+func (s *Secrets) createDefault(ctx context.Context) (*corev1.Secret, error) {
+	value, err := RandomString(32)
+	if err != nil {
+		return nil, err
+	}
+	sec := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: s.Default.Namespace,
+			Name:      s.Default.Name,
+			Labels:    map[string]string{"app.kubernetes.io/managed-by": "cluster-api-ipam-provider-vitistack"},
+			Annotations: map[string]string{
+				"ipam.vitistack.io/description": "Owns the addresses this provider registers in the IPAM-API. Deleting or changing it orphans them.",
+			},
+		},
+		Type: corev1.SecretTypeOpaque,
+		Data: map[string][]byte{record.DefaultSecretKey: []byte(value)},
+	}
+	err = s.Writer.Create(ctx, sec)
+	switch {
+	case err == nil:
+		return sec, nil
+	case apierrors.IsAlreadyExists(err):
+		got := &corev1.Secret{}
+		return got, s.Reader.Get(ctx, s.Default, got)
+	case apierrors.IsNotFound(err):
+		return nil, &SecretNotFoundError{Ref: record.ObjectRef{Namespace: s.Default.Namespace, Name: s.Default.Name, Key: record.DefaultSecretKey},
+			Hint: "its Namespace " + s.Default.Namespace + " does not exist, so the provider cannot create it; create the Namespace " +
+				"(the provider's manifests ship it), or point --default-secret-namespace at an existing one"}
+	}
+	return nil, errors.Wrapf(err, "creating default Secret %s", s.Default)
+}
+
+// CABundle returns the PEM bundle ref points at, nil when ref is empty.
+func (s *Secrets) CABundle(ctx context.Context, ref record.ObjectRef) ([]byte, error) {
+	if ref.Name == "" {
+		return nil, nil
+	}
+	key := ref.ObjectKey()
+	var data map[string][]byte
+	if ref.Kind == "Secret" {
+		sec := &corev1.Secret{}
+		if err := s.Reader.Get(ctx, key, sec); err != nil {
+			return nil, errors.Wrapf(err, "reading CA bundle Secret %s", key)
+		}
+		data = sec.Data
+	} else {
+		cm := &corev1.ConfigMap{}
+		if err := s.Reader.Get(ctx, key, cm); err != nil {
+			return nil, errors.Wrapf(err, "reading CA bundle ConfigMap %s", key)
+		}
+		data = map[string][]byte{}
+		for k, v := range cm.Data {
+			data[k] = []byte(v)
+		}
+		for k, v := range cm.BinaryData {
+			data[k] = v
+		}
+	}
+	if v, ok := data[ref.Key]; ok && len(v) > 0 {
+		return v, nil
+	}
+	return nil, errors.Errorf("%s %s has no key %q", ref.Kind, key, ref.Key)
+}
+
+const alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+
+// RandomString returns n characters from crypto/rand over [a-zA-Z0-9].
+func RandomString(n int) (string, error) {
+	b := make([]byte, n)
+	limit := big.NewInt(int64(len(alphabet)))
+	for i := range b {
+		x, err := rand.Int(rand.Reader, limit)
+		if err != nil {
+			return "", errors.Wrap(err, "reading crypto/rand")
+		}
+		b[i] = alphabet[x.Int64()]
+	}
+	return string(b), nil
+}
