@@ -7,6 +7,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -231,16 +232,11 @@ func TestClaimConditionsForUserFixableFailures(t *testing.T) {
 
 	t.Run("address held under another secret", func(t *testing.T) {
 		g := NewWithT(t)
-		g.Expect(env.Client.Create(ctx, &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "other"},
-			Data:       map[string][]byte{"secret": []byte("another-owners-secret")},
-		})).To(Succeed())
+		// Held by someone outside the cluster, under a secret this cluster does not know.
+		registerDirect(t, `{"secret":"another-owners-secret","zone":"hnet-private","ip_family":"ipv4","address":"10.99.0.1/32",`+
+			`"service":{"service_name":"elsewhere","namespace_id":"x","cluster_id":"y"}}`)
 		pool := newPool(t, ns.Name, "shared", routedPool("hnet-private", ipamv1alpha1.IPv4))
-		first := newClaim(t, ns.Name, "owner", pool.Name, map[string]string{"ipam.vitistack.io/addresses": "10.99.0.1"})
-		boundAddress(t, first)
-		thief := newClaim(t, ns.Name, "thief", pool.Name, map[string]string{
-			"ipam.vitistack.io/addresses": "10.99.0.1", "ipam.vitistack.io/secret": "other",
-		})
+		thief := newClaim(t, ns.Name, "thief", pool.Name, map[string]string{"ipam.vitistack.io/addresses": "10.99.0.1"})
 		cond := readyCondition(t, thief, metav1.ConditionFalse, "AllocationFailed")
 		g.Expect(cond.Message).To(ContainSubstring("address 10.99.0.1/32 is held under another secret"))
 		hasEvent(t, thief, corev1.EventTypeWarning, "AddressTaken", "10.99.0.1")
@@ -330,3 +326,36 @@ func poolReady(t *testing.T, pool client.Object, status metav1.ConditionStatus, 
 }
 
 var _ = strings.Contains
+
+// An address bound to one claim is not handed to another unless both declare the same
+// share key; with it, both bind and both say so.
+func TestRequestedAddressIsSharedOnlyByConsent(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	pool := newPool(t, ns.Name, "pool", routedPool("hnet-private", ipamv1alpha1.IPv4))
+	const share = "ipam.vitistack.io/allow-local-shared-ip"
+	first := newClaim(t, ns.Name, "first", pool.Name, map[string]string{"ipam.vitistack.io/addresses": "10.98.0.7", share: "k1"})
+	g.Expect(boundAddress(t, first).Spec.Address).To(Equal("10.98.0.7"))
+
+	second := newClaim(t, ns.Name, "second", pool.Name, map[string]string{"ipam.vitistack.io/addresses": "10.98.0.7"})
+	cond := readyCondition(t, second, metav1.ConditionFalse, "AddressInUse")
+	g.Expect(cond.Message).To(ContainSubstring("IPAddressClaim " + ns.Name + "/first"))
+	hasEvent(t, second, corev1.EventTypeWarning, "AddressInUse", ns.Name+"/first")
+	g.Expect(holdersOf("10.98.0.7/32")).To(HaveLen(1), "nothing was sent for the refused claim")
+
+	patchAnnotations(t, second, map[string]string{share: "k2"})
+	readyCondition(t, second, metav1.ConditionFalse, "AddressInUse")
+
+	patchAnnotations(t, second, map[string]string{share: "k1"})
+	g.Expect(boundAddress(t, second).Spec.Address).To(Equal("10.98.0.7"))
+	g.Expect(holdersOf("10.98.0.7/32")).To(HaveLen(2))
+	for _, c := range []*ipamv1.IPAddressClaim{first, second} {
+		g.Eventually(func(g Gomega) {
+			got := &ipamv1.IPAddressClaim{}
+			g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(c), got)).To(Succeed())
+			shared := meta.FindStatusCondition(got.Status.Conditions, "AddressShared")
+			g.Expect(shared).NotTo(BeNil())
+			g.Expect(shared.Status).To(Equal(metav1.ConditionTrue))
+		}, eventually, poll).Should(Succeed(), "claim %s shows the share", c.Name)
+	}
+}

@@ -48,8 +48,10 @@ func TestSecretValuesNeverLeak(t *testing.T) {
 	echo := newClaim(t, ns.Name, "echo", echoPool.Name, nil)
 	hasEvent(t, echo, corev1.EventTypeWarning, "IPAMAPIUnreachable", "HTTP 503: upstream said: [redacted]")
 	boundAddress(t, echo)
+	registerDirect(t, `{"secret":"`+custom+`","zone":"inet","ip_family":"ipv4","address":"83.118.171.78/32",`+
+		`"service":{"service_name":"elsewhere","namespace_id":"x","cluster_id":"y"}}`)
 	bad := newClaim(t, ns.Name, "bad", pool.Name, map[string]string{
-		"ipam.vitistack.io/addresses": "83.118.171.77", "ipam.vitistack.io/secret": "wrong",
+		"ipam.vitistack.io/addresses": "83.118.171.78", "ipam.vitistack.io/secret": "wrong",
 	})
 	readyCondition(t, bad, metav1.ConditionFalse, "AllocationFailed")
 	deleteAndWait(t, ok)

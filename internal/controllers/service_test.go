@@ -232,19 +232,23 @@ func TestServiceSecretRotation(t *testing.T) {
 
 	t.Run("refused: several services share the address", func(t *testing.T) {
 		g := NewWithT(t)
-		a := published(t, newService(t, ns.Name, "a", map[string]string{"ipam.vitistack.io/secret": "old"}), 1)
+		// Sharing needs the same share key on both Services (as MetalLB's allow-shared-ip does).
+		const key = "ipam.vitistack.io/allow-local-shared-ip"
+		a := published(t, newService(t, ns.Name, "a", map[string]string{"ipam.vitistack.io/secret": "old", key: "ab"}), 1)
 		ip := a.Annotations["metallb.io/loadBalancerIPs"]
-		published(t, newService(t, ns.Name, "b", map[string]string{"ipam.vitistack.io/secret": "old", "ipam.vitistack.io/addresses": ip}), 1)
+		published(t, newService(t, ns.Name, "b", map[string]string{"ipam.vitistack.io/secret": "old", "ipam.vitistack.io/addresses": ip, key: "ab"}), 1)
 		setSecret(t, a, "newer")
 		hasEvent(t, a, corev1.EventTypeWarning, "RotationRefused", "multiple services registered. unable to change secret")
 		r, _ := env.Sim.Registration(ip + "/32")
 		g.Expect(r.SecretFingerprint).To(Equal(sim.Fingerprint("old-secret-value-1")), "the address keeps the old secret")
 		g.Expect(r.Holders).To(HaveLen(2))
 		g.Expect(published(t, a, 1).Annotations["metallb.io/loadBalancerIPs"]).To(Equal(ip), "and the Service keeps working")
-		// The refused Secret does not get the in-use finalizer: it owns nothing.
-		sec := &corev1.Secret{}
-		g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: "newer"}, sec)).To(Succeed())
-		g.Expect(sec.Finalizers).To(BeEmpty())
+		// The refused Secret keeps no in-use finalizer: it owns nothing.
+		g.Eventually(func() []string {
+			sec := &corev1.Secret{}
+			_ = env.Client.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: "newer"}, sec)
+			return sec.Finalizers
+		}, eventually, poll).Should(BeEmpty())
 	})
 }
 

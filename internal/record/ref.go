@@ -54,3 +54,7 @@ func ParseObjectRef(s string) (ObjectRef, error) {
 	r.Namespace, r.Name, r.Key = parts[0], parts[1], parts[2]
 	return r, nil
 }
+
+// Equal reports whether r and o name the same key of the same object (a Secret with
+// or without its Kind spelled out is the same Secret).
+func (r ObjectRef) Equal(o ObjectRef) bool { return r.String() == o.String() }

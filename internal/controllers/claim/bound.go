@@ -62,14 +62,14 @@ func (h *Handler) bound(ctx context.Context, address *ipamv1.IPAddress) outcome 
 	if cur != nil {
 		refused = cur.RotationRefused
 	}
-	if want.Secret == rec.Secret && refused != "" {
+	if want.Secret.Equal(rec.Secret) && refused != "" {
 		// The user went back to the secret that owns the address: the refusal is moot.
 		if err := h.WriteRecord(ctx, h.claim, withRefusal(rec, ""), nil); err != nil {
 			return transient(err)
 		}
 		done.drop = append(done.drop, ipamv1alpha1.ClaimSecretRotatedCondition)
 	}
-	rotate := want.Secret != rec.Secret && want.Secret.String() != refused
+	rotate := !want.Secret.Equal(rec.Secret) && want.Secret.String() != refused
 	if !rotate && want.RetentionPeriodDays == rec.RetentionPeriodDays && want.DenyExternalCleanup == rec.DenyExternalCleanup {
 		return done
 	}
@@ -188,7 +188,7 @@ func (h *Handler) rotated(done outcome, rec *record.Registration, old record.Obj
 // with the new secret whether it owns the address. finished is true when the claim may
 // go on with rec as it now is.
 func (h *Handler) finishRotation(ctx context.Context, address *ipamv1.IPAddress, rec, cur *record.Registration) (outcome, bool) {
-	if rec.Secret == cur.RotatingTo {
+	if rec.Secret.Equal(cur.RotatingTo) {
 		if err := h.WriteRecord(ctx, h.claim, withRefusal(rec, ""), nil); err != nil {
 			return transient(err), false
 		}

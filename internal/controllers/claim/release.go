@@ -37,7 +37,7 @@ func (h *Handler) release(ctx context.Context) outcome {
 		h.InFlight.Forget(h.claim.UID)
 		return outcome{}
 	}
-	if cur, _ := record.OnClaim(h.claim.Annotations); cur != nil && !cur.RotatingTo.IsZero() && reg.Registered && cur.RotatingTo != reg.Secret {
+	if cur, _ := record.OnClaim(h.claim.Annotations); cur != nil && !cur.RotatingTo.IsZero() && reg.Registered && !cur.RotatingTo.Equal(reg.Secret) {
 		newOwns, err := h.ownedBy(ctx, reg, cur.RotatingTo)
 		if err != nil {
 			return releaseFailed(fmt.Sprintf("finding out whether the rotation of %s to the secret %s happened: %v", reg.Address, cur.RotatingTo, err))
