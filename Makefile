@@ -121,7 +121,7 @@ docker-build: ## Build the image IMG (default ghcr.io/vitistack/cluster-api-ipam
 release-manifests: $(KUSTOMIZE) ## Write out/ipam-vitistack/VERSION/: ipam-components.yaml (clusterctl), ipam-components-workload.yaml (Services) and metadata.yaml.
 	mkdir -p $(RELEASE_DIR)
 	$(KUSTOMIZE) build config/default | sed 's|image: controller:latest|image: $(IMG)|' >$(RELEASE_DIR)/ipam-components.yaml
-	$(KUSTOMIZE) build config/workload | sed 's|image: controller:latest|image: $(IMG)|' >$(RELEASE_DIR)/ipam-components-workload.yaml
+	{ $(KUSTOMIZE) build config/workload; echo ---; $(KUSTOMIZE) build config/services/default-secret; } | sed 's|image: controller:latest|image: $(IMG)|' >$(RELEASE_DIR)/ipam-components-workload.yaml
 	cp metadata.yaml $(RELEASE_DIR)/metadata.yaml
 
 .PHONY: local-repository

@@ -40,7 +40,6 @@ import (
 // +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=clusters,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=secrets;configmaps,verbs=get
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=create
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
@@ -55,6 +54,8 @@ type Adapter struct {
 	wake chan event.GenericEvent
 	// subnets is what this process knows about subnet-mode candidates.
 	subnets subnetState
+	// refusals is what the Secrets of refused claims said.
+	refusals refusals
 }
 
 var _ ipamutil.ProviderAdapter = &Adapter{}

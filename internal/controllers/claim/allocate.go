@@ -8,9 +8,11 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/pkg/errors"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -81,19 +83,13 @@ func (h *Handler) connect(ctx context.Context, reg *record.Registration) (ipamap
 		return nil, nil, &o
 	}
 	sec, err := h.Secrets.Get(ctx, reg.Secret, true)
-	version := ""
-	var inv *registrar.SecretInvalidError
-	switch {
-	case sec != nil:
-		version = sec.ResourceVersion
-	case errors.As(err, &inv):
-		version = inv.ResourceVersion
-	}
+	version := valueKey(reg.Secret, sec, err)
 	if h.refusedBefore(version) {
 		o := h.waitForChange()
 		return nil, nil, &o
 	}
 	var nf *registrar.SecretNotFoundError
+	var inv *registrar.SecretInvalidError
 	switch {
 	case errors.As(err, &nf):
 		msg := nf.Error()
@@ -193,7 +189,7 @@ func (h *Handler) fillAddress(address *ipamv1.IPAddress, reg *record.Registratio
 func (h *Handler) registerFailed(ctx context.Context, reg *record.Registration, sec *registrar.Secret, err error, firstAttempt bool) outcome {
 	msg := err.Error()
 	nothingHeld := provesNothingHeld(err) || firstAttempt && ipamapi.ClassOf(err) == ipamapi.ClassNoPrefixes
-	refuse := func(o outcome) outcome { return h.refuse(ctx, o, sec.ResourceVersion, reg, nothingHeld) }
+	refuse := func(o outcome) outcome { return h.refuse(ctx, o, valueKey(reg.Secret, sec, nil), reg, nothingHeld) }
 	switch ipamapi.ClassOf(err) {
 	case ipamapi.ClassExhausted:
 		o := failed(ipamv1.IPAddressClaimReadyPoolExhaustedReason,
@@ -255,7 +251,7 @@ func (h *Handler) refuse(ctx context.Context, o outcome, secretVersion string, r
 	if !reg.Registered && (nothingHeld || reg.Attempt.IsZero()) {
 		keep = nil
 	}
-	digest := h.inputs(secretVersion)
+	digest := h.inputs()
 	if err := h.WriteRecord(ctx, h.claim, keep, map[string]*string{ipamv1alpha1.RefusedInputsAnnotation: &digest}); err != nil {
 		return transient(err)
 	}
@@ -263,6 +259,7 @@ func (h *Handler) refuse(ctx context.Context, o outcome, secretVersion string, r
 		h.InFlight.Forget(h.claim.UID)
 		h.subnets.forget(h.claim.UID)
 	}
+	h.refusals.remember(h.claim.UID, secretVersion)
 	return o.final().wakeAt(time.Now().Add(h.secretRecheck()))
 }
 
@@ -280,15 +277,18 @@ func (h *Handler) secretRecheck() time.Duration {
 	return time.Minute
 }
 
-// refusedBefore reports whether the claim was refused for exactly these inputs.
-func (h *Handler) refusedBefore(secretVersion string) bool {
+// refusedBefore reports whether the claim was refused for exactly these inputs: the
+// digest on the claim (its generation and annotations, its pool, the manager's
+// settings) and, in this process's memory, the Secret's value. After a restart a
+// refused claim is therefore sent once more, never again until something changes.
+func (h *Handler) refusedBefore(secret string) bool {
 	v := h.claim.Annotations[ipamv1alpha1.RefusedInputsAnnotation]
-	return v != "" && v == h.inputs(secretVersion)
+	return v != "" && v == h.inputs() && h.refusals.same(h.claim.UID, secret)
 }
 
-// inputs is a digest of everything a refusal depends on: the claim's generation and
-// annotations, its pool's generation, the Secret's version and the manager's settings.
-func (h *Handler) inputs(secretVersion string) string {
+// inputs is a digest of what a refusal depends on, besides the Secret: the claim's
+// generation and annotations, its pool's generation and the manager's settings.
+func (h *Handler) inputs() string {
 	d := sha256.New()
 	add := func(s string) { d.Write([]byte(s)); d.Write([]byte{0}) }
 	add(string(h.claim.UID))
@@ -308,8 +308,52 @@ func (h *Handler) inputs(secretVersion string) string {
 	add(h.Config.DefaultEndpoint)
 	add(h.Config.ClusterID)
 	add(h.Config.DefaultSecret.String())
-	add(secretVersion)
 	return hex.EncodeToString(d.Sum(nil)[:12])
+}
+
+// valueKey identifies what a Secret said when it was read (kept in memory only, never
+// on an object): its value, or why there was none. The provider's own changes to the
+// Secret (finalizer, fingerprint) do not change it.
+func valueKey(ref record.ObjectRef, sec *registrar.Secret, err error) string {
+	var inv *registrar.SecretInvalidError
+	switch {
+	case sec != nil:
+		return ref.String() + "|" + record.Fingerprint([]byte(sec.Value))
+	case errors.As(err, &inv):
+		return ref.String() + "|invalid|" + inv.ResourceVersion
+	case err != nil:
+		return ref.String() + "|absent"
+	}
+	return ref.String()
+}
+
+// refusals is, per claim refused for a reason only a user can fix, what its Secret
+// said at the time (valueKey). Entries go when the claim binds or goes.
+type refusals struct {
+	mu sync.Mutex
+	m  map[types.UID]string
+}
+
+func (r *refusals) remember(uid types.UID, key string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.m == nil {
+		r.m = map[types.UID]string{}
+	}
+	r.m[uid] = key
+}
+
+func (r *refusals) same(uid types.UID, key string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	v, ok := r.m[uid]
+	return ok && v == key
+}
+
+func (r *refusals) forget(uid types.UID) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.m, uid)
 }
 
 // provesNothingHeld reports whether a failed registration proves that the identity

@@ -31,6 +31,7 @@ func (h *Handler) bound(ctx context.Context, address *ipamv1.IPAddress) outcome 
 	}
 	h.InFlight.Forget(h.claim.UID)
 	h.subnets.forget(h.claim.UID)
+	h.refusals.forget(h.claim.UID)
 	done := allocated(address.Spec.Address)
 	if rec == nil {
 		return done

@@ -30,6 +30,7 @@ func (h *Handler) release(ctx context.Context) outcome {
 		return releaseFailed(err.Error())
 	}
 	if reg == nil {
+		h.refusals.forget(h.claim.UID)
 		return outcome{}
 	}
 	if _, moving := h.claim.Annotations[clusterctlv1.DeleteForMoveAnnotation]; moving {
@@ -116,6 +117,7 @@ func releaseFailed(msg string) outcome {
 // nothing records it any more.
 func (h *Handler) released(ctx context.Context, reg *record.Registration, how string) outcome {
 	record.Remove(h.claim)
+	h.refusals.forget(h.claim.UID)
 	h.InFlight.Forget(h.claim.UID)
 	h.subnets.forget(h.claim.UID)
 	ctrl.LoggerFrom(ctx).V(2).Info("Released address in the IPAM-API", "address", reg.Address, "how", how)

@@ -1,0 +1,267 @@
+package claim_test
+
+import (
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/record"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi/sim"
+)
+
+// A scenario sets the cluster up (without faults), then acts and lets it settle; the
+// matrix repeats the act with a conflict at, or the process dying after, every one of
+// its Kubernetes writes, and checks the promise each time.
+type scenario struct {
+	name  string
+	setup func(w *world)
+	act   func(w *world)
+	then  func(t *testing.T, w *world)
+}
+
+func secretObj(name, value string) *corev1.Secret {
+	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: name}, Data: map[string][]byte{"secret": []byte(value)}}
+}
+
+func claimObj(name, pool string, ann map[string]string) *ipamv1.IPAddressClaim {
+	return &ipamv1.IPAddressClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: name, Annotations: ann},
+		Spec: ipamv1.IPAddressClaimSpec{PoolRef: ipamv1.IPPoolReference{
+			APIGroup: ipamv1alpha1.GroupVersion.Group, Kind: ipamv1alpha1.VitistackIPPoolKind, Name: pool}},
+	}
+}
+
+func pools(w *world) {
+	w.create(&ipamv1alpha1.VitistackIPPool{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "routed"},
+		Spec: ipamv1alpha1.VitistackIPPoolSpec{Zone: "inet", IPFamily: ipamv1alpha1.IPv4}})
+	w.create(&ipamv1alpha1.VitistackIPPool{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "subnet"},
+		Spec: ipamv1alpha1.VitistackIPPoolSpec{Zone: "hnet-private", IPFamily: ipamv1alpha1.IPv4, Subnet: "10.50.0.0/29", Gateway: "10.50.0.1"}})
+	w.create(secretObj("old", "old-secret-value-1"))
+	w.create(secretObj("new", "new-secret-value-2"))
+}
+
+func (w *world) get(obj client.Object) client.Object {
+	w.t.Helper()
+	must(w.t, w.direct.Get(w.ctx, client.ObjectKeyFromObject(obj), obj))
+	return obj
+}
+
+func (w *world) addressOf(name string) *ipamv1.IPAddress {
+	a := &ipamv1.IPAddress{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: name}}
+	if err := w.direct.Get(w.ctx, client.ObjectKeyFromObject(a), a); err != nil {
+		return nil
+	}
+	return a
+}
+
+func (w *world) deleteClaims(names ...string) {
+	for _, n := range names {
+		must(w.t, w.direct.Delete(w.ctx, claimObj(n, "", nil)))
+	}
+}
+
+func (w *world) gone(t *testing.T, names ...string) {
+	t.Helper()
+	for _, n := range names {
+		c := claimObj(n, "", nil)
+		if err := w.direct.Get(w.ctx, client.ObjectKeyFromObject(c), c); err == nil {
+			t.Errorf("claim %s still exists: finalizers %v, conditions %v", n, c.Finalizers, c.Status.Conditions)
+		}
+	}
+	if live := w.live(); len(live) != 0 {
+		t.Errorf("the stand-in still holds %v", live)
+	}
+}
+
+var scenarios = []scenario{
+	{
+		name:  "allocate routed and subnet",
+		setup: pools,
+		act: func(w *world) {
+			w.create(claimObj("r", "routed", map[string]string{ipamv1alpha1.SecretAnnotation: "old"}))
+			w.create(claimObj("s", "subnet", nil))
+			w.settle()
+		},
+		then: func(t *testing.T, w *world) {
+			for _, n := range []string{"r", "s"} {
+				if w.addressOf(n) == nil {
+					t.Errorf("claim %s is not bound:\n%s", n, w.describe())
+				}
+			}
+		},
+	},
+	{
+		name: "rotate",
+		setup: func(w *world) {
+			pools(w)
+			w.create(claimObj("r", "routed", map[string]string{ipamv1alpha1.SecretAnnotation: "old"}))
+			w.settle()
+		},
+		act: func(w *world) {
+			c := w.get(claimObj("r", "", nil)).(*ipamv1.IPAddressClaim)
+			c.Annotations[ipamv1alpha1.SecretAnnotation] = "new"
+			must(w.t, w.direct.Update(w.ctx, c))
+			w.settle()
+		},
+		then: func(t *testing.T, w *world) {
+			a := w.addressOf("r")
+			rec, _ := record.OnAddress(a.Labels, a.Annotations)
+			if rec.Secret.Name != "new" {
+				t.Errorf("the IPAddress records the secret %s, want new", rec.Secret)
+			}
+			reg, _ := w.api.Registration(rec.Address)
+			if reg.SecretFingerprint != sim.Fingerprint("new-secret-value-2") {
+				t.Errorf("the IPAM-API does not hold %s under the new secret", rec.Address)
+			}
+		},
+	},
+	{
+		name: "release, two claims sharing a Secret at once",
+		setup: func(w *world) {
+			pools(w)
+			w.create(claimObj("a", "routed", map[string]string{ipamv1alpha1.SecretAnnotation: "old"}))
+			w.create(claimObj("b", "routed", map[string]string{ipamv1alpha1.SecretAnnotation: "old"}))
+			w.create(claimObj("s", "subnet", nil))
+			w.settle()
+		},
+		act: func(w *world) {
+			w.deleteClaims("a", "b", "s")
+			w.settle()
+		},
+		then: func(t *testing.T, w *world) { w.gone(t, "a", "b", "s") },
+	},
+	{
+		// Leak path 2: a registration the IPAM-API refuses proves nothing is held; the
+		// record goes, and with it the Secret's protection.
+		name: "refused registration leaves its Secret unprotected",
+		setup: func(w *world) {
+			pools(w)
+			registerElsewhere(w, "83.118.168.9/32")
+		},
+		act: func(w *world) {
+			w.create(claimObj("taker", "routed", map[string]string{ipamv1alpha1.SecretAnnotation: "old", ipamv1alpha1.AddressesAnnotation: "83.118.168.9"}))
+			w.settle()
+		},
+		then: func(t *testing.T, w *world) {
+			c := w.get(claimObj("taker", "", nil)).(*ipamv1.IPAddressClaim)
+			if _, ok := c.Annotations[ipamv1alpha1.RegistrationAnnotation]; ok {
+				t.Errorf("the refused claim keeps a record")
+			}
+			if s := w.get(secretObj("old", "")).(*corev1.Secret); len(s.Finalizers) != 0 {
+				t.Errorf("Secret old keeps %v although nothing is registered under it", s.Finalizers)
+			}
+			// Refused for a reason only a user can fix: not asked again until something changes.
+			sent := w.api.Stats().Total(sim.RouteRegister)
+			w.settle()
+			w.settle()
+			if again := w.api.Stats().Total(sim.RouteRegister) - sent; again != 0 {
+				t.Errorf("the refused registration was sent %d more times", again)
+			}
+		},
+	},
+	{
+		// Leak path 3: a release with a changed Secret value would get "not held" and
+		// abandon the address; it waits for the value to be restored.
+		name: "release waits for a changed Secret value to be restored",
+		setup: func(w *world) {
+			pools(w)
+			w.create(claimObj("r", "routed", map[string]string{ipamv1alpha1.SecretAnnotation: "old"}))
+			w.settle()
+			s := w.get(secretObj("old", "")).(*corev1.Secret)
+			s.Data["secret"] = []byte("changed-by-someone")
+			must(w.t, w.direct.Update(w.ctx, s))
+		},
+		act: func(w *world) {
+			w.deleteClaims("r")
+			w.settle()
+			c := w.get(claimObj("r", "", nil)).(*ipamv1.IPAddressClaim)
+			if cond := readyOf(c); cond == nil || cond.Reason != ipamv1alpha1.ClaimReadyReleaseFailedReason ||
+				!strings.Contains(cond.Message, "changed since") {
+				w.t.Errorf("the claim does not say why it is kept: %v", c.Status.Conditions)
+			}
+			if len(w.live()) != 1 {
+				w.t.Errorf("the address was given up: %v", w.live())
+			}
+			s := w.get(secretObj("old", "")).(*corev1.Secret)
+			s.Data["secret"] = []byte("old-secret-value-1")
+			must(w.t, w.direct.Update(w.ctx, s))
+			w.settle()
+		},
+		then: func(t *testing.T, w *world) { w.gone(t, "r") },
+	},
+}
+
+// registerElsewhere has someone outside the cluster hold an address.
+func registerElsewhere(w *world, address string) {
+	w.t.Helper()
+	api, err := ipamapi.NewClient(w.url, ipamapi.Options{})
+	must(w.t, err)
+	_, err = api.Register(w.ctx, ipamapi.Request{Secret: "somebody-elses-secret", Zone: "inet", Family: ipamapi.FamilyIPv4, Address: address,
+		Identity: ipamapi.Identity{ServiceName: "elsewhere", NamespaceID: "x", ClusterID: "y"}})
+	must(w.t, err)
+}
+
+func readyOf(c *ipamv1.IPAddressClaim) *metav1.Condition {
+	for i := range c.Status.Conditions {
+		if c.Status.Conditions[i].Type == ipamv1.IPAddressClaimReadyCondition {
+			return &c.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// TestLifecycleUnderFaults runs every scenario cleanly, then with a conflict at, and
+// with the process dying after, each of its Kubernetes writes.
+func TestLifecycleUnderFaults(t *testing.T) {
+	for _, sc := range scenarios {
+		t.Run(sc.name, func(t *testing.T) {
+			w := newWorld(t)
+			sc.setup(w)
+			start := w.writes
+			sc.act(w)
+			n := w.writes - start
+			sc.then(t, w)
+			w.check()
+			if n == 0 {
+				t.Fatal("the scenario wrote nothing")
+			}
+			for k := 1; k <= n; k++ {
+				for _, kind := range []faultKind{conflict, die} {
+					t.Run(faultName(kind, k), func(t *testing.T) {
+						t.Parallel()
+						w := newWorld(t)
+						sc.setup(w)
+						w.fault = fault{kind: kind, at: w.writes + k}
+						sc.act(w)
+						if kind == die && w.deaths == 0 {
+							t.Fatalf("write %d never happened", k)
+						}
+						sc.then(t, w)
+						w.check()
+					})
+				}
+			}
+		})
+	}
+}
+
+func faultName(kind faultKind, k int) string {
+	if kind == conflict {
+		return "conflict at write " + itoa(k)
+	}
+	return "dies after write " + itoa(k)
+}
+
+func itoa(i int) string {
+	const digits = "0123456789"
+	if i < 10 {
+		return digits[i : i+1]
+	}
+	return itoa(i/10) + digits[i%10:i%10+1]
+}

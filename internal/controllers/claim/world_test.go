@@ -1,0 +1,292 @@
+package claim_test
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pkg/errors"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	"sigs.k8s.io/cluster-api-ipam-provider-in-cluster/pkg/ipamutil"
+
+	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/controllers/claim"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/controllers/secret"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/index"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/manager"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/record"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/registrar"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi/sim"
+)
+
+// world is a cluster (a fake client, with the manager's indexes), the IPAM-API stand-in,
+// and a manager process (the claim controller and the Secret protector) that can die
+// between any two Kubernetes writes and be started again with empty memory.
+type world struct {
+	t      *testing.T
+	ctx    context.Context
+	c      client.Client // the cluster as the process sees it (intercepted)
+	direct client.Client // the cluster as the test sees it
+	api    *sim.Server
+
+	claims    *ipamutil.ClaimReconciler
+	protector *secret.Protector
+	cfg       registrar.Config
+	url       string
+
+	writes int   // Kubernetes writes the process has made
+	fault  fault // what happens at write number fault.at
+	dead   bool  // the process died: every write until the restart fails, none lands
+	deaths int
+}
+
+type faultKind int
+
+const (
+	none     faultKind = iota
+	conflict           // the write is refused with a conflict
+	die                // the write lands, then the process dies
+)
+
+type fault struct {
+	kind faultKind
+	at   int
+}
+
+var errDied = errors.New("the process died here")
+
+func newWorld(t *testing.T) *world {
+	t.Helper()
+	w := &world{t: t, ctx: ctrl.LoggerInto(context.Background(), ctrl.Log), api: sim.New(sim.Config{})}
+	srv := httptest.NewServer(w.api)
+	t.Cleanup(srv.Close)
+	w.url = srv.URL
+
+	b := fake.NewClientBuilder().WithScheme(manager.NewScheme()).
+		WithStatusSubresource(&ipamv1.IPAddressClaim{}, &ipamv1alpha1.VitistackIPPool{}, &ipamv1alpha1.GlobalVitistackIPPool{})
+	index.Each(func(obj client.Object, field string, fn client.IndexerFunc) { b = b.WithIndex(obj, field, fn) })
+	w.direct = b.Build()
+	w.c = interceptor.NewClient(w.direct.(client.WithWatch), interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			return w.write(obj, func() error { return c.Create(ctx, obj, opts...) })
+		},
+		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			return w.write(obj, func() error { return c.Update(ctx, obj, opts...) })
+		},
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
+			return w.write(obj, func() error { return c.Patch(ctx, obj, p, opts...) })
+		},
+		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+			return w.write(obj, func() error { return c.Delete(ctx, obj, opts...) })
+		},
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, p client.Patch, opts ...client.SubResourcePatchOption) error {
+			return w.write(obj, func() error { return c.SubResource(sub).Patch(ctx, obj, p, opts...) })
+		},
+		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+			return w.write(obj, func() error { return c.SubResource(sub).Update(ctx, obj, opts...) })
+		},
+	})
+	w.cfg = registrar.Config{
+		DefaultEndpoint: w.url,
+		ClusterID:       "cluster-a",
+		DefaultSecret:   types.NamespacedName{Namespace: "provider", Name: "default"},
+		// A short timeout keeps the quarantine after a lost answer short.
+		RequestTimeout:          50 * time.Millisecond,
+		MaxConcurrentReconciles: 1,
+		SubnetRecheckInterval:   time.Minute,
+	}
+	w.start()
+	for _, ns := range []string{"apps", "provider"} {
+		w.create(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, UID: types.UID("uid-" + ns)}})
+	}
+	return w
+}
+
+// start starts the process: new controllers with empty memory.
+func (w *world) start() {
+	reg := registrar.New(w.c, w.c, &registrar.CachingClientFactory{Timeout: w.cfg.RequestTimeout}, w.cfg)
+	w.claims = &ipamutil.ClaimReconciler{Client: w.c, Scheme: w.c.Scheme(),
+		Adapter: &claim.Adapter{Registrar: reg, Recorder: events.NewFakeRecorder(1000)}}
+	w.protector = &secret.Protector{Client: w.c, Reader: w.c}
+	w.dead = false
+}
+
+func (w *world) write(obj client.Object, do func() error) error {
+	if w.dead {
+		return errDied
+	}
+	w.writes++
+	if w.fault.kind != none && w.writes == w.fault.at {
+		switch w.fault.kind {
+		case conflict:
+			return apierrors.NewConflict(schema.GroupResource{Resource: fmt.Sprintf("%T", obj)}, obj.GetName(), errors.New("injected"))
+		case die:
+			err := do()
+			w.dead = true
+			w.deaths++
+			if err != nil {
+				return err
+			}
+			return errDied
+		}
+	}
+	return do()
+}
+
+func (w *world) create(obj client.Object) {
+	w.t.Helper()
+	if err := w.direct.Create(w.ctx, obj); err != nil {
+		w.t.Fatalf("creating %T %s: %v", obj, obj.GetName(), err)
+	}
+}
+
+// settle reconciles every claim and Secret until nothing changes: what a running
+// manager does, one object at a time. A dead process is started again first.
+func (w *world) settle() {
+	w.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	// Settled: two passes without a write, and, while reconciles still fail (a claim
+	// waiting for something), long enough for any quarantine to run out.
+	var quietSince time.Time
+	for quiet := 0; ; {
+		if time.Now().After(deadline) {
+			w.t.Fatalf("the cluster did not settle:\n%s", w.describe())
+		}
+		if w.dead {
+			w.start()
+		}
+		before, failed := w.writes, false
+		claims := &ipamv1.IPAddressClaimList{}
+		must(w.t, w.direct.List(w.ctx, claims))
+		for _, c := range claims.Items {
+			if _, err := w.claims.Reconcile(w.ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&c)}); err != nil {
+				failed = true
+			}
+		}
+		secrets := &corev1.SecretList{}
+		must(w.t, w.direct.List(w.ctx, secrets))
+		for _, s := range secrets.Items {
+			if _, err := w.protector.Reconcile(w.ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&s)}); err != nil {
+				failed = true
+			}
+		}
+		if w.writes != before || w.dead {
+			quiet, quietSince = 0, time.Time{}
+			continue
+		}
+		if quiet++; quiet == 1 {
+			quietSince = time.Now()
+		}
+		if quiet >= 2 && (!failed || time.Since(quietSince) > 2*w.cfg.Quarantine()) {
+			return
+		}
+		time.Sleep(20 * time.Millisecond) // lets a quarantine run out
+	}
+}
+
+// check asserts the promise: every registration the stand-in holds live is recorded by
+// an object, no address is bound twice, and no Secret keeps the finalizer that nothing
+// records.
+func (w *world) check() {
+	w.t.Helper()
+	recorded := map[string]bool{}
+	addrs := &ipamv1.IPAddressList{}
+	must(w.t, w.direct.List(w.ctx, addrs))
+	bound := map[string]string{}
+	for _, a := range addrs.Items {
+		rec, err := record.OnAddress(a.Labels, a.Annotations)
+		if err != nil || rec == nil {
+			w.t.Errorf("IPAddress %s has no record: %v", a.Name, err)
+			continue
+		}
+		recorded[holderKey(rec.Address, rec.Identity.ServiceName)] = true
+		if other, ok := bound[rec.Address]; ok {
+			w.t.Errorf("address %s is bound twice: %s and %s", rec.Address, other, a.Name)
+		}
+		bound[rec.Address] = a.Name
+	}
+	claims := &ipamv1.IPAddressClaimList{}
+	must(w.t, w.direct.List(w.ctx, claims))
+	for _, c := range claims.Items {
+		if rec, _ := record.OnClaim(c.Annotations); rec != nil {
+			recorded[holderKey(rec.Address, rec.Identity.ServiceName)] = true
+			recorded[holderKey("", rec.Identity.ServiceName)] = true
+		}
+	}
+	for _, r := range w.api.Registrations() {
+		for _, h := range r.Holders {
+			if h.ClusterID == w.cfg.ClusterID && h.ExpiresAt == nil && !recorded[holderKey(r.Address, h.ServiceName)] && !recorded[holderKey("", h.ServiceName)] {
+				w.t.Errorf("leak: %s is held by %s and recorded nowhere", r.Address, h.ServiceName)
+			}
+		}
+	}
+	secrets := &corev1.SecretList{}
+	must(w.t, w.direct.List(w.ctx, secrets))
+	for _, s := range secrets.Items {
+		protected := len(s.Finalizers) > 0
+		used := false
+		for _, c := range claims.Items {
+			if rec, _ := record.OnClaim(c.Annotations); rec != nil {
+				for _, ref := range rec.Secrets() {
+					used = used || ref.ObjectKey() == client.ObjectKeyFromObject(&s)
+				}
+			}
+		}
+		for _, a := range addrs.Items {
+			if rec, _ := record.OnAddress(a.Labels, a.Annotations); rec != nil {
+				used = used || rec.Secret.ObjectKey() == client.ObjectKeyFromObject(&s)
+			}
+		}
+		if protected != used {
+			w.t.Errorf("Secret %s: finalizer %v, but records name it: %v", s.Name, protected, used)
+		}
+	}
+}
+
+func holderKey(address, service string) string { return address + "|" + service }
+
+// live is the stand-in's live holders of this cluster, address by address.
+func (w *world) live() map[string][]string {
+	out := map[string][]string{}
+	for _, r := range w.api.Registrations() {
+		for _, h := range r.Holders {
+			if h.ExpiresAt == nil && h.ClusterID == w.cfg.ClusterID {
+				out[r.Address] = append(out[r.Address], h.ServiceName)
+			}
+		}
+	}
+	return out
+}
+
+func (w *world) describe() string {
+	var b strings.Builder
+	claims := &ipamv1.IPAddressClaimList{}
+	_ = w.direct.List(w.ctx, claims)
+	for _, c := range claims.Items {
+		fmt.Fprintf(&b, "claim %s: finalizers %v deleting %v record %q conditions %v\n", c.Name, c.Finalizers,
+			!c.DeletionTimestamp.IsZero(), c.Annotations[ipamv1alpha1.RegistrationAnnotation], c.Status.Conditions)
+	}
+	fmt.Fprintf(&b, "stand-in: %v\n", w.live())
+	return b.String()
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
