@@ -137,6 +137,11 @@ GO_PACKAGES_BUT_E2E = $$(go list ./... | grep -v /test/e2e)
 # ones that differ from one Kubernetes version to the next.
 CONTROL_PLANE_PACKAGES_BUT_E2E = $$(go list -test -f '{{if .ForTest}}{{.ForTest}} {{join .Deps " "}}{{end}}' ./... | \
 	awk '/sigs.k8s.io\/controller-runtime\/pkg\/envtest( |$$)|internal\/localcluster( |$$)/ {print $$1}' | sort -u | grep -v /test/e2e)
+# The fast tier: packages with tests that start no control plane (fake clients,
+# interceptors, the stand-in in process). Seconds; nothing to build first.
+UNIT_PACKAGES = $$(go list -test -f '{{if .ForTest}}{{.ForTest}} {{join .Deps " "}}{{end}}' ./... | \
+	awk '/sigs.k8s.io\/controller-runtime\/pkg\/envtest( |$$)|internal\/localcluster( |$$)/ {cp[$$1]=1} {all[$$1]=1} \
+	END {for (p in all) if (!cp[p]) print p}' | sort -u | grep -v /test/e2e)
 
 .PHONY: test
 test: verify-gen verify-tidy vet lint test-assets e2e-assets ## Everything on Kubernetes KUBE_VERSION (default the newest): generated files, go.mod tidy, vet, lint, then all tests (unit, envtest, e2e).
@@ -156,7 +161,11 @@ ci: ## What CI runs (.ci/run): make test on the newest Kubernetes, then make tes
 	$(MAKE) test-kube KUBE_VERSION=$(KUBE_VERSION_OLDEST)
 
 .PHONY: test-unit
-test-unit: test-assets e2e-assets ## Only the Go tests (no generation or lint checks).
+test-unit: ## Only the fast tier: tests that start no control plane (seconds; builds nothing first).
+	go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) $(UNIT_PACKAGES)
+
+.PHONY: test-go
+test-go: test-assets e2e-assets ## All Go tests, without the generation and lint checks of make test.
 	go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) $(GO_PACKAGES_BUT_E2E)
 	go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) ./test/e2e/
 

@@ -106,7 +106,7 @@ func (r *Registrar) DefaultSecretRef() record.ObjectRef {
 	return record.ObjectRef{Namespace: r.Config.DefaultSecret.Namespace, Name: r.Config.DefaultSecret.Name, Key: record.DefaultSecretKey}
 }
 
-// Client gives the IPAM-API client for a registration's endpoint and CA bundle.
+// API gives the IPAM-API client for a registration's endpoint and CA bundle.
 func (r *Registrar) API(ctx context.Context, reg *record.Registration) (ipamapi.Client, error) {
 	ca, err := r.Secrets.CABundle(ctx, reg.CABundle)
 	if err != nil {

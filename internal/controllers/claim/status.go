@@ -61,7 +61,6 @@ func transient(err error) outcome { return outcome{err: err} }
 func (o outcome) withEvent(reason string) outcome { o.event = reason; return o }
 func (o outcome) final() outcome                  { o.terminal = true; return o }
 func (o outcome) wakeAt(t time.Time) outcome      { o.wake = t; return o }
-func (o outcome) because(err error) outcome       { o.err = err; return o }
 func (o outcome) releasing() outcome              { o.action = actionRelease; return o }
 
 func (o outcome) note(typ, reason, action, message string) outcome {
@@ -97,7 +96,7 @@ func (h *Handler) report(o outcome) error {
 		h.Recorder.Eventf(h.claim, nil, n.typ, n.reason, n.action, "%s", n.message)
 	}
 	if !o.wake.IsZero() {
-		h.Adapter.wakeAt(h.claim, o.wake)
+		h.wakeAt(h.claim, o.wake)
 	}
 	err := o.err
 	if err == nil && o.ready == metav1.ConditionFalse {

@@ -39,7 +39,7 @@ func (r *Reconciler) gather(ctx context.Context, pool ipamv1alpha1.Pool) (facts,
 	if err := r.Client.List(ctx, list, r.listOptions(pool, index.AddressPoolRef)...); err != nil {
 		return f, errors.Wrap(err, "listing the pool's IPAddresses")
 	}
-	f.inUse = int32(len(list.Items)) //nolint:gosec // bounded by the cluster's objects
+	f.inUse = int32(len(list.Items))
 	claims := &ipamv1.IPAddressClaimList{}
 	if err := r.Client.List(ctx, claims, r.listOptions(pool, index.ClaimSubnetOutsideZone)...); err != nil {
 		return f, errors.Wrap(err, "listing the pool's claims that found the subnet outside the zone")

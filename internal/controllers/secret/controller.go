@@ -4,6 +4,7 @@ import (
 	"context"
 	"maps"
 	"slices"
+	"time"
 
 	"github.com/pkg/errors"
 	corev1 "k8s.io/api/core/v1"
@@ -135,7 +136,7 @@ func (p *Protector) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 	}
 	err = p.Client.Patch(ctx, sec, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
 	if apierrors.IsConflict(err) {
-		return ctrl.Result{Requeue: true}, nil
+		return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil
 	}
 	return ctrl.Result{}, client.IgnoreNotFound(errors.Wrapf(err, "protecting Secret %s", req.NamespacedName))
 }
