@@ -87,6 +87,12 @@ verify-gen: generate manifests ## Fail if generated files are stale.
 		echo "Generated files are stale; run 'make generate manifests' and commit:"; \
 		git status --porcelain -- api config; git --no-pager diff -- api config | head -50; exit 1; fi
 
+.PHONY: verify-imports
+verify-imports: ## Fail if a controller package imports another, or the webhooks import a controller.
+	@bad=$$(go list -f '{{.ImportPath}} {{join .Imports " "}}' ./internal/controllers/... ./internal/webhooks/... | \
+		awk '{for (i = 2; i <= NF; i++) if ($$i ~ /\/internal\/controllers/ && $$i != $$1) print $$1 " imports " $$i}'); \
+	if [ -n "$$bad" ]; then echo "$$bad"; exit 1; fi
+
 .PHONY: verify-tidy
 verify-tidy: ## Fail if go.mod or go.sum are not tidy.
 	@go mod tidy -diff || { echo "go.mod/go.sum are not tidy: run 'go mod tidy' and commit"; exit 1; }
@@ -144,7 +150,7 @@ UNIT_PACKAGES = $$(go list -test -f '{{if .ForTest}}{{.ForTest}} {{join .Deps " 
 	END {for (p in all) if (!cp[p]) print p}' | sort -u | grep -v /test/e2e)
 
 .PHONY: test
-test: verify-gen verify-tidy vet lint test-assets e2e-assets ## Everything on Kubernetes KUBE_VERSION (default the newest): generated files, go.mod tidy, vet, lint, then all tests (unit, envtest, e2e).
+test: verify-gen verify-tidy verify-imports vet lint test-assets e2e-assets ## Everything on Kubernetes KUBE_VERSION (default the newest): generated files, go.mod tidy, vet, lint, then all tests (unit, envtest, e2e).
 	@echo "Testing on Kubernetes $(KUBE_VERSION) (etcd $(ETCD_VERSION))"
 	go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) $(GO_PACKAGES_BUT_E2E)
 	go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) ./test/e2e/

@@ -359,3 +359,22 @@ func TestRequestedAddressIsSharedOnlyByConsent(t *testing.T) {
 		}, eventually, poll).Should(Succeed(), "claim %s shows the share", c.Name)
 	}
 }
+
+// Identity overrides are a privilege of the pool: refused, naming the fix, until the
+// pool allows them.
+func TestIdentityOverrideNeedsThePoolsConsent(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	pool := newPool(t, ns.Name, "strict", routedPool("hnet-private", ipamv1alpha1.IPv4))
+	claim := newClaim(t, ns.Name, "impostor", pool.Name, map[string]string{"ipam.vitistack.io/cluster-id": "another-tenants-cluster"})
+	cond := readyCondition(t, claim, metav1.ConditionFalse, "AllocationFailed")
+	g.Expect(cond.Message).To(ContainSubstring("spec.allowIdentityOverrides"))
+	hasEvent(t, claim, corev1.EventTypeWarning, "IdentityOverrideNotAllowed", "ipam.vitistack.io/cluster-id")
+	g.Expect(env.Sim.HeldBy(sim.ServiceRef{ServiceName: "impostor", NamespaceID: uidOf(t, ns.Name), ClusterID: "another-tenants-cluster"})).To(BeEmpty())
+
+	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(pool), pool)).To(Succeed())
+	pool.Spec.AllowIdentityOverrides = true
+	g.Expect(env.Client.Update(ctx, pool)).To(Succeed())
+	boundAddress(t, claim)
+	g.Expect(env.Sim.HeldBy(sim.ServiceRef{ServiceName: "impostor", NamespaceID: uidOf(t, ns.Name), ClusterID: "another-tenants-cluster"})).To(HaveLen(1))
+}

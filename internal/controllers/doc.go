@@ -1,5 +1,6 @@
-// Package controllers holds the reconcilers: the ipamutil ProviderAdapter and
-// ClaimHandler that turn IPAddressClaims into IPAM-API registrations and IPAddresses,
-// and the pool status controller. HTTP details live in pkg/ipamapi; validation in
-// internal/webhooks.
+// Package controllers holds one package per controller — claim (ipamutil's
+// ProviderAdapter and ClaimHandler), pool (status), service (LoadBalancer Services) and
+// secret (the Secret protector) — which share internal/registrar and never import each
+// other (make verify-imports). Its own tests are the envtest suite of all of them
+// together, wired as the manager wires them.
 package controllers

@@ -170,3 +170,24 @@ func TestSubnetModeHundredClaimsInParallel(t *testing.T) {
 		g.Expect(active).To(Equal(1), "one holder of %s in the IPAM-API", addr.Spec.Address)
 	}
 }
+
+// A subnet that lies outside the pool's zone: the IPAM-API refuses its first candidate
+// as not in the zone; the claim says so, and so does the pool, which is not Ready until
+// its subnet is fixed.
+func TestSubnetOutsideTheZoneMakesThePoolNotReady(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	pool := newPool(t, ns.Name, "astray", subnetPool("hnet-private", ipamv1alpha1.IPv4, "192.168.77.0/29", "192.168.77.1"))
+	claim := newClaim(t, ns.Name, "n", pool.Name, nil)
+	cond := readyCondition(t, claim, metav1.ConditionFalse, "SubnetOutsideZone")
+	g.Expect(cond.Message).To(ContainSubstring("is not in zone hnet-private"))
+	poolReady(t, pool, metav1.ConditionFalse, "SubnetOutsideZone", ns.Name+"/n")
+	g.Expect(holdersOf("192.168.77.2/32")).To(BeEmpty())
+
+	// Fixing the subnet fixes both.
+	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(pool), pool)).To(Succeed())
+	pool.Spec.Subnet, pool.Spec.Gateway = "10.61.0.0/29", "10.61.0.1"
+	g.Expect(env.Client.Update(ctx, pool)).To(Succeed())
+	g.Expect(boundAddress(t, claim).Spec.Address).To(Equal("10.61.0.2"))
+	poolReady(t, pool, metav1.ConditionTrue, "Ready", "accepts zone hnet-private")
+}

@@ -47,6 +47,11 @@ func (h *Handler) release(ctx context.Context) outcome {
 			reg.Secret = cur.RotatingTo
 		}
 	}
+	// The claim's own retention annotation is what its user asks for now (the
+	// IPAddress may not show a change made moments ago yet).
+	if want := *reg; h.overrides(&want) == nil && reg.Registered {
+		reg.RetentionPeriodDays = want.RetentionPeriodDays
+	}
 	api, err := h.API(ctx, reg)
 	if err != nil {
 		return releaseFailed(err.Error())
