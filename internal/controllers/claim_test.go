@@ -136,8 +136,10 @@ func TestClaimAnnotationsOverrideIdentitySecretAndRetention(t *testing.T) {
 
 	// Deleting the claim releases with the recorded retention: the holder expires in 7 days.
 	deleteAndWait(t, claim)
-	g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: "anycast"}, sec)).To(Succeed())
-	g.Expect(sec.Finalizers).NotTo(ContainElement(ipamv1alpha1.SecretInUseFinalizer), "no claim needs the Secret any more")
+	g.Eventually(func() []string {
+		g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: "anycast"}, sec)).To(Succeed())
+		return sec.Finalizers
+	}, eventually, poll).ShouldNot(ContainElement(ipamv1alpha1.SecretInUseFinalizer), "no claim needs the Secret any more")
 	holders := holdersOf(ip.String() + "/128")
 	g.Expect(holders).To(HaveLen(1))
 	g.Expect(holders[0].ExpiresAt).NotTo(BeNil())

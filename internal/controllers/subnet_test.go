@@ -186,8 +186,8 @@ func TestSubnetOutsideTheZoneMakesThePoolNotReady(t *testing.T) {
 
 	// Fixing the subnet fixes both.
 	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(pool), pool)).To(Succeed())
-	pool.Spec.Subnet, pool.Spec.Gateway = "10.61.0.0/29", "10.61.0.1"
+	pool.Spec.Subnet, pool.Spec.Gateway = "10.67.0.0/29", "10.67.0.1"
 	g.Expect(env.Client.Update(ctx, pool)).To(Succeed())
-	g.Expect(boundAddress(t, claim).Spec.Address).To(Equal("10.61.0.2"))
+	g.Expect(boundAddress(t, claim).Spec.Address).To(Equal("10.67.0.2"))
 	poolReady(t, pool, metav1.ConditionTrue, "Ready", "accepts zone hnet-private")
 }

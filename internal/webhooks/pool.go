@@ -16,6 +16,7 @@ import (
 
 	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/index"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/record"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/subnet"
 )
 
@@ -91,18 +92,26 @@ func (w *Pool) ValidateUpdate(ctx context.Context, oldPool, newPool ipamv1alpha1
 		return nil, nil
 	}
 	if o.Zone == n.Zone && o.IPFamily == n.IPFamily {
-		// A new subnet (or mode) while claims are being served would strand their
-		// candidates: it needs the claims gone.
+		// A new subnet (or mode) while claims hold or are registering addresses of the
+		// old one would strand them (their IPAddresses and records name the old subnet):
+		// it needs those claims gone. Claims still waiting (for example because the old
+		// subnet lies outside the zone) hold nothing and follow the new subnet.
 		claims := &ipamv1.IPAddressClaimList{}
 		if err := w.Client.List(ctx, claims, w.listOptions(newPool, index.ClaimPoolRef)...); err != nil {
 			return nil, apierrors.NewInternalError(errors.Wrap(err, "listing the pool's claims"))
 		}
-		if len(claims.Items) == 0 {
+		holding := 0
+		for _, c := range claims.Items {
+			if rec, _ := record.OnClaim(c.Annotations); c.Status.AddressRef.Name != "" || rec != nil && rec.Address != "" {
+				holding++
+			}
+		}
+		if holding == 0 {
 			return nil, nil
 		}
 		return nil, apierrors.NewInvalid(ipamv1alpha1.GroupVersion.WithKind(w.Kind).GroupKind(), newPool.GetName(), field.ErrorList{
-			field.Forbidden(field.NewPath("spec", "subnet"), fmt.Sprintf("cannot change while %d IPAddressClaims use this pool: "+
-				"delete them first, or create a new pool for the new subnet", len(claims.Items))),
+			field.Forbidden(field.NewPath("spec", "subnet"), fmt.Sprintf("cannot change while %d IPAddressClaims hold or are registering "+
+				"addresses of this pool: delete them first, or create a new pool for the new subnet", holding)),
 		})
 	}
 	inUse, example, err := w.addresses(ctx, newPool)

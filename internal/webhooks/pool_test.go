@@ -182,7 +182,7 @@ func TestPoolStatusAndWebhookProtectAddressesInUse(t *testing.T) {
 	// So can't the subnet.
 	err = update(func(p *ipamv1alpha1.VitistackIPPool) { p.Spec.Subnet = "10.99.0.0/24" })
 	g.Expect(err).To(HaveOccurred())
-	g.Expect(err.Error()).To(ContainSubstring("spec.subnet: Forbidden: cannot change while 1 IPAddressClaims use this pool"))
+	g.Expect(err.Error()).To(ContainSubstring("spec.subnet: Forbidden: cannot change while 1 IPAddressClaims hold or are registering addresses of this pool"))
 	// Other fields may change.
 	g.Expect(update(func(p *ipamv1alpha1.VitistackIPPool) { p.Spec.RetentionPeriodDays = ptr.To[int32](3) })).To(Succeed())
 
