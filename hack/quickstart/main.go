@@ -92,8 +92,12 @@ func run(ctx context.Context, stop func(), dir, templates string) error {
 	}
 	fmt.Print(indent(out))
 
-	step("Starting the manager (the installed Deployment's arguments, as its ServiceAccount, plus --enable-service-controller)")
-	mgr, err := cp.StartManager(ctx, nil, "--enable-service-controller")
+	// The Service controller on a management cluster keeps its default secret in the
+	// provider's namespace, where the clusterctl flavour lets it create one (the Services
+	// flavour ships ipam-system for that instead).
+	step("Starting the manager (the installed Deployment's arguments, as its ServiceAccount, plus --enable-service-controller " +
+		"--default-secret-namespace=capi-ipam-vitistack-system)")
+	mgr, err := cp.StartManager(ctx, nil, "--enable-service-controller", "--default-secret-namespace=capi-ipam-vitistack-system")
 	if err != nil {
 		return err
 	}

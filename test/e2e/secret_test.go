@@ -39,13 +39,20 @@ func TestSecretValuesNeverLeak(t *testing.T) {
 		Spec:       ipamv1alpha1.VitistackIPPoolSpec{Zone: "inet", IPFamily: ipamv1alpha1.IPv4, SecretRef: &ipamv1alpha1.SecretReference{Name: "owner"}},
 	})).To(Succeed())
 
-	owner := newClaim(t, a, ns, "owner", "VitistackIPPool", "pool", nil)
+	// Both declare one share key, so the provider lets the intruder ask the IPAM-API,
+	// which refuses the wrong secret.
+	owner := &ipamv1.IPAddressClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "owner", Annotations: map[string]string{ipamv1alpha1.AllowLocalSharedIPAnnotation: "both"}},
+		Spec:       ipamv1.IPAddressClaimSpec{PoolRef: ipamv1.IPPoolReference{APIGroup: ipamv1alpha1.GroupVersion.Group, Kind: "VitistackIPPool", Name: "pool"}},
+	}
+	g.Expect(a.Client.Create(ctx, owner)).To(Succeed())
 	addr := boundAddress(t, a, owner)
 
 	// Another claim asks for the same address with another secret: refused, visibly.
 	intruder := &ipamv1.IPAddressClaim{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "intruder", Annotations: map[string]string{
-			ipamv1alpha1.AddressesAnnotation: addr.Spec.Address, ipamv1alpha1.SecretAnnotation: "intruder"}},
+			ipamv1alpha1.AddressesAnnotation: addr.Spec.Address, ipamv1alpha1.SecretAnnotation: "intruder",
+			ipamv1alpha1.AllowLocalSharedIPAnnotation: "both"}},
 		Spec: ipamv1.IPAddressClaimSpec{PoolRef: ipamv1.IPPoolReference{APIGroup: ipamv1alpha1.GroupVersion.Group, Kind: "VitistackIPPool", Name: "pool"}},
 	}
 	g.Expect(a.Client.Create(ctx, intruder)).To(Succeed())
@@ -57,7 +64,7 @@ func TestSecretValuesNeverLeak(t *testing.T) {
 	g.Eventually(func(g Gomega) {
 		c := &ipamv1.IPAddressClaim{}
 		g.Expect(a.Client.Get(ctx, client.ObjectKeyFromObject(owner), c)).To(Succeed())
-		c.Annotations = map[string]string{ipamv1alpha1.SecretAnnotation: "rotated"}
+		c.Annotations = map[string]string{ipamv1alpha1.SecretAnnotation: "rotated", ipamv1alpha1.AllowLocalSharedIPAnnotation: "both"}
 		g.Expect(a.Client.Update(ctx, c)).To(Succeed())
 	}).Should(Succeed())
 	g.Eventually(func(g Gomega) {
