@@ -60,18 +60,14 @@ func (h *Handler) allocate(ctx context.Context, address *ipamv1.IPAddress) outco
 	if o != nil {
 		return *o
 	}
-	firstAttempt := reg.Attempt.IsZero()
-	if o := h.writePending(ctx, reg, sec); o != nil {
-		return *o
+	s, stop := h.send(ctx, api, sec, reg)
+	if stop != nil {
+		return *stop
 	}
-	res, err := api.Register(ctx, reg.Request(sec.Value))
-	if answered(err) {
-		h.InFlight.SawAnswer(h.claim.UID, reg.Attempt)
+	if s.err != nil {
+		return h.registerFailed(ctx, reg, sec, s.err, s.firstAttempt)
 	}
-	if err != nil {
-		return h.registerFailed(ctx, reg, sec, err, firstAttempt)
-	}
-	return h.registered(ctx, address, reg, res)
+	return h.registered(ctx, address, reg, s.res)
 }
 
 // connect resolves the IPAM-API client and the owning Secret of an unbound claim's
@@ -121,6 +117,28 @@ func secretChanged(sec *registrar.Secret) outcome {
 	return failed(ipamv1alpha1.ClaimReadySecretValueChangedReason, fmt.Sprintf("the value of Secret %s/%s key %s changed after addresses "+
 		"were registered under it, so the IPAM-API no longer knows them by it: restore the previous value; to move addresses to a new "+
 		"value, put it in a new Secret and point the claims at it (the provider rotates them)", sec.Ref.Namespace, sec.Ref.Name, sec.Ref.Key))
+}
+
+// sent is what became of a registration request.
+type sent struct {
+	res *ipamapi.Response
+	err error
+	// firstAttempt is true when no earlier request for it was ever recorded.
+	firstAttempt bool
+}
+
+// send records the registration as pending and sends it; stop is set when it was not
+// sent.
+func (h *Handler) send(ctx context.Context, api ipamapi.Client, sec *registrar.Secret, reg *record.Registration) (s sent, stop *outcome) {
+	s.firstAttempt = reg.Attempt.IsZero()
+	if stop = h.writePending(ctx, reg, sec); stop != nil {
+		return s, stop
+	}
+	s.res, s.err = api.Register(ctx, reg.Request(sec.Value))
+	if answered(s.err) {
+		h.InFlight.SawAnswer(h.claim.UID, reg.Attempt)
+	}
+	return s, nil
 }
 
 // writePending records the registration with a new attempt time, and then checks that

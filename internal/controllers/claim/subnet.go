@@ -151,14 +151,11 @@ func (h *Handler) allocateInSubnet(ctx context.Context, address *ipamv1.IPAddres
 			return failed(ipamv1.IPAddressClaimReadyAllocationFailedReason, fmt.Sprintf("an earlier registration of %s may still be in "+
 				"flight in the IPAM-API; the next is sent after %s", reg.Address, until.UTC().Format(time.RFC3339))).wakeAt(until)
 		}
-		firstAttempt := reg.Attempt.IsZero()
-		if o := h.writePending(ctx, reg, sec); o != nil {
-			return *o
+		s, stop := h.send(ctx, api, sec, reg)
+		if stop != nil {
+			return *stop
 		}
-		res, err := api.Register(ctx, reg.Request(sec.Value))
-		if answered(err) {
-			h.InFlight.SawAnswer(h.claim.UID, reg.Attempt)
-		}
+		res, err, firstAttempt := s.res, s.err, s.firstAttempt
 		cand, _ := ipamapi.ParseHost(reg.Address)
 		switch {
 		case err == nil && res.Updated() && firstAttempt && reg.Candidate:
