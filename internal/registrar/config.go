@@ -26,6 +26,9 @@ type Config struct {
 	DefaultSecret types.NamespacedName
 	// RequestTimeout bounds every IPAM-API request.
 	RequestTimeout time.Duration
+	// QuarantineTime is how long a request whose answer never came may still be carried
+	// out by the IPAM-API; zero means twice RequestTimeout (what the manager uses).
+	QuarantineTime time.Duration
 	// MaxConcurrentReconciles is the number of claims reconciled in parallel.
 	MaxConcurrentReconciles int
 	// PoolProbeInterval is how often a pool's Ready condition is checked again.
@@ -43,8 +46,11 @@ type Config struct {
 }
 
 // Quarantine is how long a registration without an answer may still complete on the
-// IPAM-API: twice the request timeout.
+// IPAM-API: QuarantineTime, else twice the request timeout.
 func (c Config) Quarantine() time.Duration {
+	if c.QuarantineTime > 0 {
+		return c.QuarantineTime
+	}
 	t := c.RequestTimeout
 	if t <= 0 {
 		t = ipamapi.DefaultTimeout

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/pkg/errors"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -69,6 +70,8 @@ type fault struct {
 
 var errDied = errors.New("the process died here")
 
+func init() { ctrl.SetLogger(logr.Discard()) }
+
 func newWorld(t *testing.T) *world {
 	t.Helper()
 	w := &world{t: t, ctx: ctrl.LoggerInto(context.Background(), ctrl.Log), api: sim.New(sim.Config{})}
@@ -104,8 +107,12 @@ func newWorld(t *testing.T) *world {
 		DefaultEndpoint: w.url,
 		ClusterID:       "cluster-a",
 		DefaultSecret:   types.NamespacedName{Namespace: "provider", Name: "default"},
-		// A short timeout keeps the quarantine after a lost answer short.
-		RequestTimeout:          50 * time.Millisecond,
+		// Long enough that no request to the in-process stand-in times out, even under
+		// -race on a loaded machine (that would change the path, and the writes, from
+		// one run to the next). The stand-in in process finishes every request it got
+		// at once, so a lost answer needs only a short wait.
+		RequestTimeout:          time.Second,
+		QuarantineTime:          100 * time.Millisecond,
 		MaxConcurrentReconciles: 1,
 		SubnetRecheckInterval:   time.Minute,
 	}
