@@ -45,6 +45,7 @@ type world struct {
 	api    *sim.Server
 
 	claims    *ipamutil.ClaimReconciler
+	events    *events.FakeRecorder
 	protector *secret.Protector
 	cfg       registrar.Config
 	url       string
@@ -126,8 +127,9 @@ func newWorld(t *testing.T) *world {
 // start starts the process: new controllers with empty memory.
 func (w *world) start() {
 	reg := registrar.New(w.c, w.c, &registrar.CachingClientFactory{Timeout: w.cfg.RequestTimeout}, w.cfg)
+	w.events = events.NewFakeRecorder(10000)
 	w.claims = &ipamutil.ClaimReconciler{Client: w.c, Scheme: w.c.Scheme(),
-		Adapter: &claim.Adapter{Registrar: reg, Recorder: events.NewFakeRecorder(1000)}}
+		Adapter: &claim.Adapter{Registrar: reg, Recorder: w.events}}
 	w.protector = &secret.Protector{Client: w.c, Reader: w.c}
 	w.dead = false
 }
@@ -176,21 +178,8 @@ func (w *world) settle() {
 		if w.dead {
 			w.start()
 		}
-		before, failed := w.writes, false
-		claims := &ipamv1.IPAddressClaimList{}
-		must(w.t, w.direct.List(w.ctx, claims))
-		for _, c := range claims.Items {
-			if _, err := w.claims.Reconcile(w.ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&c)}); err != nil {
-				failed = true
-			}
-		}
-		secrets := &corev1.SecretList{}
-		must(w.t, w.direct.List(w.ctx, secrets))
-		for _, s := range secrets.Items {
-			if _, err := w.protector.Reconcile(w.ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&s)}); err != nil {
-				failed = true
-			}
-		}
+		before := w.writes
+		failed := w.pass()
 		if w.writes != before || w.dead {
 			quiet, quietSince = 0, time.Time{}
 			continue
@@ -202,6 +191,36 @@ func (w *world) settle() {
 			return
 		}
 		time.Sleep(20 * time.Millisecond) // lets a quarantine run out
+	}
+}
+
+// pass reconciles every claim, then every Secret, once; it reports whether any
+// reconcile failed.
+func (w *world) pass() (failed bool) {
+	claims := &ipamv1.IPAddressClaimList{}
+	must(w.t, w.direct.List(w.ctx, claims))
+	for _, c := range claims.Items {
+		if _, err := w.claims.Reconcile(w.ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&c)}); err != nil {
+			failed = true
+		}
+	}
+	secrets := &corev1.SecretList{}
+	must(w.t, w.direct.List(w.ctx, secrets))
+	for _, s := range secrets.Items {
+		if _, err := w.protector.Reconcile(w.ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&s)}); err != nil {
+			failed = true
+		}
+	}
+	return failed
+}
+
+// run makes n passes, for a cluster that does not settle (a claim that keeps retrying).
+func (w *world) run(n int) {
+	for range n {
+		if w.dead {
+			w.start()
+		}
+		w.pass()
 	}
 }
 
@@ -260,6 +279,19 @@ func (w *world) check() {
 		}
 		if protected != used {
 			w.t.Errorf("Secret %s: finalizer %v, but records name it: %v", s.Name, protected, used)
+		}
+	}
+}
+
+// drainEvents returns the events recorded since the last call.
+func (w *world) drainEvents() []string {
+	var out []string
+	for {
+		select {
+		case e := <-w.events.Events:
+			out = append(out, e)
+		default:
+			return out
 		}
 	}
 }

@@ -1,0 +1,116 @@
+package claim_test
+
+import (
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
+
+	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi/sim"
+)
+
+// Every IPAM-API answer and every bad input ends as one Ready reason and one event that
+// name the cause; answers only a user can fix are sent once, transient ones again.
+func TestOutcomes(t *testing.T) {
+	type tc struct {
+		name   string
+		pool   ipamv1alpha1.VitistackIPPoolSpec
+		ready  bool // the pool said Ready before (a "no prefixes" is then transient)
+		claim  map[string]string
+		owner  string // the claim is controlled by this Service
+		fault  func(*sim.Server)
+		reason string
+		event  string
+		text   string
+		// retried: a transient failure, sent again on the next reconciles; all others
+		// are not sent again until something changes.
+		retried bool
+	}
+	inet := ipamv1alpha1.VitistackIPPoolSpec{Zone: "inet", IPFamily: ipamv1alpha1.IPv4}
+	for _, c := range []tc{
+		{name: "NetBox down", pool: inet, fault: func(s *sim.Server) { s.SetNetBoxDown(true, "") },
+			reason: "IPAMAPIBackendFailing", text: "failed to fetch zones", retried: true},
+		{name: "MongoDB down", pool: inet, fault: func(s *sim.Server) { must(t, s.SetMongoDown(true, 0)) },
+			reason: "IPAMAPIBackendFailing", text: "failed to query address documents", retried: true},
+		{name: "no prefixes right after a restart", pool: inet, ready: true, fault: func(s *sim.Server) { s.SetPrefixesLoading(true) },
+			reason: "IPAMAPIBackendFailing", text: "although the pool worked before", retried: true},
+		{name: "no prefixes for a pool that never worked", pool: ipamv1alpha1.VitistackIPPoolSpec{Zone: "hnet-private", IPFamily: ipamv1alpha1.IPv6},
+			reason: "PoolNotReady", text: "fix the pool's spec.zone or spec.ipFamily"},
+		{name: "unknown zone", pool: ipamv1alpha1.VitistackIPPoolSpec{Zone: "nowhere", IPFamily: ipamv1alpha1.IPv4},
+			reason: "PoolNotReady", text: "invalid zone 'nowhere'"},
+		{name: "zone exhausted", pool: inet, fault: func(s *sim.Server) { s.SetExhausted("inet", "ipv4", true) },
+			reason: "PoolExhausted", text: "has no free ipv4 address left", retried: true},
+		{name: "unreachable", pool: inet, fault: func(s *sim.Server) { must(t, s.SetErrorRate(1, 503, `{"message":"upstream"}`)) },
+			reason: "AllocationFailed", event: "IPAMAPIUnreachable", text: "could not be reached", retried: true},
+		{name: "not the IPAM-API", pool: inet, fault: func(s *sim.Server) {
+			must(t, s.SetFaults(sim.Faults{ErrorRate: 1, ErrorStatus: 200, ErrorBody: "<html>hi</html>", ErrorContentType: "text/html"}))
+		}, reason: "PoolNotReady", text: "is not answering as the IPAM-API", retried: true},
+		{name: "address held under another secret", pool: inet, claim: map[string]string{ipamv1alpha1.AddressesAnnotation: "83.118.168.9"},
+			fault: func(*sim.Server) {}, reason: "AllocationFailed", event: "AddressTaken", text: "held under another secret"},
+		{name: "address outside the zone", pool: inet, claim: map[string]string{ipamv1alpha1.AddressesAnnotation: "192.0.2.5"},
+			reason: "AllocationFailed", event: "AddressNotInZone", text: "does not belong to zone inet"},
+		{name: "missing Secret", pool: inet, claim: map[string]string{ipamv1alpha1.SecretAnnotation: "nope"},
+			reason: "AllocationFailed", event: "SecretNotFound", text: "apps/nope with key secret not found"},
+		{name: "bad retention", pool: inet, claim: map[string]string{ipamv1alpha1.RetentionPeriodDaysAnnotation: "31"},
+			reason: "AllocationFailed", event: "InvalidAnnotation", text: "retention-period-days"},
+		{name: "identity override without the pool's leave", pool: inet, claim: map[string]string{ipamv1alpha1.ClusterIDAnnotation: "theirs"},
+			reason: "AllocationFailed", event: "IdentityOverrideNotAllowed", text: "spec.allowIdentityOverrides"},
+		{name: "a Service's claim carries another name", pool: inet, owner: "web", claim: map[string]string{ipamv1alpha1.ServiceNameAnnotation: "db"},
+			reason: "AllocationFailed", event: "IdentityOverrideNotAllowed", text: "service-name"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			w := newWorld(t)
+			if c.name == "address held under another secret" {
+				registerElsewhere(w, "83.118.168.9/32")
+			}
+			pool := &ipamv1alpha1.VitistackIPPool{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "pool"}, Spec: c.pool}
+			if c.ready {
+				pool.Status.Conditions = []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Ready", LastTransitionTime: metav1.Now()}}
+			}
+			w.create(pool)
+			if c.fault != nil {
+				c.fault(w.api)
+			}
+			cl := claimObj("c", "pool", c.claim)
+			if c.owner != "" {
+				cl.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Service", Name: c.owner, UID: "svc", Controller: ptrTrue()}}
+			}
+			w.create(cl)
+			w.run(6)
+			got := w.get(claimObj("c", "", nil)).(*ipamv1.IPAddressClaim)
+			cond := readyOf(got)
+			if cond == nil || cond.Reason != c.reason || !strings.Contains(cond.Message, c.text) {
+				t.Fatalf("Ready = %+v, want reason %s with %q", cond, c.reason, c.text)
+			}
+			want := c.event
+			if want == "" {
+				want = c.reason
+			}
+			events := w.drainEvents()
+			n := 0
+			for _, e := range events {
+				if strings.HasPrefix(e, "Warning "+want+" ") {
+					n++
+				}
+			}
+			if n != 1 {
+				t.Errorf("%d Warning %s events, want exactly 1: %q", n, want, events)
+			}
+			sent := w.api.Stats().Total(sim.RouteRegister)
+			w.run(3)
+			again := w.api.Stats().Total(sim.RouteRegister) - sent
+			switch {
+			case c.retried && again == 0:
+				t.Errorf("a transient failure was not retried")
+			case !c.retried && again != 0:
+				t.Errorf("refused for good, but sent %d more times", again)
+			}
+			w.check()
+		})
+	}
+}
+
+func ptrTrue() *bool { b := true; return &b }
