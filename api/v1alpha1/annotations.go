@@ -93,8 +93,9 @@ const (
 
 	// RefusedInputsAnnotation on a claim is a digest of what the IPAM-API refused for a
 	// reason only a user can fix (zone, family, secret, address): the claim's
-	// annotations and generation, its pool's generation, the Secret's version and the
-	// manager's settings. Until one of them changes the request is not sent again.
+	// annotations and generation, its pool's generation and readiness, and the
+	// manager's settings. Until one of them, or the Secret's value (kept in the
+	// manager's memory only), changes the request is not sent again.
 	RefusedInputsAnnotation = annotationPrefix + "refused-inputs"
 )
 

@@ -71,9 +71,6 @@ const (
 	// ClaimReadySecretValueChangedReason: the value of the Secret that owns the address
 	// changed after the address was registered under it.
 	ClaimReadySecretValueChangedReason = "SecretValueChanged"
-	// ClaimReadyWaitingForSecretReason: the Secret is not yet protected by the provider
-	// (finalizer and fingerprint); nothing is sent until it is.
-	ClaimReadyWaitingForSecretReason = "WaitingForSecret"
 )
 
 // The AddressShared condition of an IPAddressClaim: True while its address is bound to

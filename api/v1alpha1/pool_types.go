@@ -299,6 +299,18 @@ type Pool interface {
 	SetConditions([]metav1.Condition)
 }
 
+// WorkedBefore reports whether the IPAM-API accepted the pool's zone and family when
+// it was last checked, or failed only for its own backend since: a "no prefixes found"
+// answer is then the IPAM-API restarting, not the pool's fault.
+func WorkedBefore(p Pool) bool {
+	for _, c := range p.GetConditions() {
+		if c.Type == PoolReadyCondition {
+			return c.Status == metav1.ConditionTrue || c.Reason == PoolReadyBackendFailingReason
+		}
+	}
+	return false
+}
+
 // PoolSpec returns the pool's spec.
 func (p *VitistackIPPool) PoolSpec() *VitistackIPPoolSpec { return &p.Spec }
 

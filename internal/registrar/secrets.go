@@ -127,17 +127,6 @@ func (s *Secrets) Get(ctx context.Context, ref record.ObjectRef, createDefault b
 	}, nil
 }
 
-// Version is the Secret's resourceVersion, "" when it does not exist: what a claim
-// refused for its Secret compares to notice a fix.
-func (s *Secrets) Version(ctx context.Context, ref record.ObjectRef) (string, error) {
-	sec := &metav1.PartialObjectMetadata{}
-	sec.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
-	if err := s.Reader.Get(ctx, ref.ObjectKey(), sec); err != nil {
-		return "", client.IgnoreNotFound(errors.Wrapf(err, "reading Secret %s/%s", ref.Namespace, ref.Name))
-	}
-	return sec.ResourceVersion, nil
-}
-
 // createDefault creates the default secret. Many claims may find it missing at once,
 // here and in other processes: the API server's create decides, the losers read the
 // winner's, and an existing secret is never changed. No lock is held.

@@ -4,10 +4,12 @@ import (
 	"context"
 	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
@@ -56,6 +58,15 @@ type Adapter struct {
 	subnets subnetState
 	// refusals is what the Secrets of refused claims said.
 	refusals refusals
+
+	// timers holds at most one wake per claim (the earliest asked for).
+	timersMu sync.Mutex
+	timers   map[types.UID]wake
+}
+
+type wake struct {
+	at    time.Time
+	timer *time.Timer
 }
 
 var _ ipamutil.ProviderAdapter = &Adapter{}
@@ -123,14 +134,30 @@ func (a *Adapter) ClaimHandlerFor(_ client.Client, claim *ipamv1.IPAddressClaim)
 }
 
 // wakeAt re-queues the claim at t, besides the back-off of the error it returns now.
+// A claim has one wake at a time: the earliest asked for (its reconcile asks again).
 func (a *Adapter) wakeAt(claim client.Object, t time.Time) {
+	uid := claim.GetUID()
+	a.timersMu.Lock()
+	defer a.timersMu.Unlock()
+	if a.timers == nil {
+		a.timers = map[types.UID]wake{}
+	}
+	if w, ok := a.timers[uid]; ok {
+		if !w.at.After(t) {
+			return
+		}
+		w.timer.Stop()
+	}
 	obj := claim.DeepCopyObject().(client.Object)
-	time.AfterFunc(time.Until(t)+10*time.Millisecond, func() {
+	a.timers[uid] = wake{at: t, timer: time.AfterFunc(time.Until(t)+10*time.Millisecond, func() {
+		a.timersMu.Lock()
+		delete(a.timers, uid)
+		a.timersMu.Unlock()
 		select {
 		case a.wake <- event.GenericEvent{Object: obj}:
-		default: // full: the error's back-off re-queues it anyway
+		default: // full, or no controller (tests): the error's back-off re-queues it anyway
 		}
-	})
+	})}
 }
 
 // claimsOfPool maps a pool to its claims that have no address yet, and to its deleting

@@ -211,7 +211,7 @@ func (h *Handler) registerFailed(ctx context.Context, reg *record.Registration, 
 		return refuse(failed(ipamv1.IPAddressClaimReadyPoolNotReadyReason,
 			fmt.Sprintf("the IPAM-API refused the request for zone %s, family %s: %s; fix the pool or the claim's annotations", reg.Zone, reg.Family, msg)))
 	case ipamapi.ClassNoPrefixes:
-		if poolReady(h.pool) {
+		if ipamv1alpha1.WorkedBefore(h.pool) {
 			// The pool worked: the real IPAM-API loads its prefixes after a restart.
 			return failed(ipamv1alpha1.ClaimReadyBackendFailingReason, fmt.Sprintf("the IPAM-API at %s has no prefixes for zone %s, family %s "+
 				"although the pool worked before (it loads them after a restart): %s; retrying with back-off", reg.Endpoint, reg.Zone, reg.Family, msg))

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
+	"sigs.k8s.io/cluster-api/util/conditions"
 
 	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/record"
@@ -95,7 +96,7 @@ func (h *Handler) bound(ctx context.Context, address *ipamv1.IPAddress) outcome 
 // withRefusal is rec as a claim record with the given refused rotation and no intent.
 func withRefusal(rec *record.Registration, refused string) *record.Registration {
 	r := *rec
-	r.RotatingTo, r.RotationRefused, r.Attempt = record.ObjectRef{}, refused, rec.Attempt
+	r.RotatingTo, r.RotationRefused = record.ObjectRef{}, refused
 	return &r
 }
 
@@ -129,9 +130,22 @@ func (h *Handler) owner(ctx context.Context, rec *record.Registration) (ipamapi.
 // IPAddress shows the new owner. A crash or conflict at any step is finished by
 // finishRotation, which asks the IPAM-API who owns the address first.
 func (h *Handler) rotate(ctx context.Context, address *ipamv1.IPAddress, rec, want *record.Registration, done outcome) outcome {
-	refusedRotation := func(msg string) outcome {
-		done.set = append(done.set, metav1.Condition{Type: ipamv1alpha1.ClaimSecretRotatedCondition, Status: metav1.ConditionFalse,
-			Reason: ipamv1alpha1.ClaimSecretRotationRefusedReason, Message: msg})
+	// A refusal of the IPAM-API, or by a changed value, is recorded (RotationRefused,
+	// no intent): it is not tried again until the claim names another secret. A missing
+	// or invalid Secret is not recorded: creating or fixing it retries. Either way the
+	// event goes out once per change of the condition.
+	refusedRotation := func(msg string, remember bool) outcome {
+		if remember {
+			if err := h.WriteRecord(ctx, h.claim, withRefusal(rec, want.Secret.String()), nil); err != nil {
+				return transient(err)
+			}
+		}
+		c := metav1.Condition{Type: ipamv1alpha1.ClaimSecretRotatedCondition, Status: metav1.ConditionFalse,
+			Reason: ipamv1alpha1.ClaimSecretRotationRefusedReason, Message: msg}
+		done.set = append(done.set, c)
+		if prev := conditions.Get(h.claim, c.Type); prev != nil && prev.Status == c.Status && prev.Message == c.Message {
+			return done
+		}
 		return done.note(corev1.EventTypeWarning, ipamv1alpha1.ClaimSecretRotationRefusedReason, actionRotate, msg)
 	}
 	next, err := h.Secrets.Get(ctx, want.Secret, true)
@@ -139,23 +153,26 @@ func (h *Handler) rotate(ctx context.Context, address *ipamv1.IPAddress, rec, wa
 		var nf *registrar.SecretNotFoundError
 		var inv *registrar.SecretInvalidError
 		if errors.As(err, &nf) || errors.As(err, &inv) {
-			return refusedRotation(fmt.Sprintf("cannot rotate %s to the secret %s: %v", rec.Address, want.Secret, err))
+			return refusedRotation(fmt.Sprintf("cannot rotate %s to the secret %s: %v", rec.Address, want.Secret, err), false)
 		}
 		return transient(err)
+	}
+	if next.Changed() || next.Deleting {
+		return refusedRotation(fmt.Sprintf("cannot rotate %s to the secret %s: it is being deleted, or its value changed after "+
+			"addresses were registered under it", rec.Address, want.Secret), true)
 	}
 	api, old, o := h.owner(ctx, rec)
 	if o != nil {
 		return *o
 	}
+	// The intent is written before anything is asked, and also before the new Secret is
+	// protected: the Secret protector protects what records name.
 	intent := withRefusal(rec, "")
 	intent.RotatingTo = want.Secret
 	if err := h.WriteRecord(ctx, h.claim, intent, nil); err != nil {
 		return transient(err)
 	}
 	if !next.Ready() {
-		if next.Changed() {
-			return refusedRotation(secretChanged(next).message)
-		}
 		return transient(errors.Errorf("waiting for Secret %s/%s to be protected before %s is rotated to it", next.Ref.Namespace, next.Ref.Name, rec.Address))
 	}
 	req := rec.Request(old.Value)
@@ -163,11 +180,8 @@ func (h *Handler) rotate(ctx context.Context, address *ipamv1.IPAddress, rec, wa
 	req.RetentionPeriodDays, req.DenyExternalCleanup = want.RetentionPeriodDays, want.DenyExternalCleanup
 	if _, err := api.Register(ctx, req); err != nil {
 		if ipamapi.ClassOf(err) == ipamapi.ClassRotationRefused {
-			if err := h.WriteRecord(ctx, h.claim, withRefusal(rec, want.Secret.String()), nil); err != nil {
-				return transient(err)
-			}
 			return refusedRotation(fmt.Sprintf("the IPAM-API refused to give %s the secret %s (%v): the address is shared by several "+
-				"services or held by another, so it keeps the secret %s", rec.Address, want.Secret, err, rec.Secret))
+				"services or held by another, so it keeps the secret %s", rec.Address, want.Secret, err, rec.Secret), true)
 		}
 		return transient(err) // the intent stays: the next reconcile asks who owns it first
 	}
@@ -222,6 +236,10 @@ func (h *Handler) ownedBy(ctx context.Context, rec *record.Registration, ref rec
 	sec, err := h.Secrets.Get(ctx, ref, false)
 	if err != nil {
 		return false, err
+	}
+	if !sec.Ready() {
+		// Its answer would be ambiguous with another value, or unprotected: wait.
+		return false, errors.Errorf("Secret %s/%s is not protected with an unchanged value; waiting", ref.Namespace, ref.Name)
 	}
 	_, err = api.Register(ctx, rec.Request(sec.Value))
 	switch {

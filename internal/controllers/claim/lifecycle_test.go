@@ -265,3 +265,26 @@ func itoa(i int) string {
 	}
 	return itoa(i/10) + digits[i%10:i%10+1]
 }
+
+// The oracle itself: an address held for a claim's identity beyond what the records
+// account for is a leak, and it says so.
+func TestOracleSeesALeak(t *testing.T) {
+	w := newWorld(t)
+	pools(w)
+	w.create(claimObj("r", "routed", map[string]string{ipamv1alpha1.SecretAnnotation: "old"}))
+	w.settle()
+	if p := w.problems(); len(p) != 0 {
+		t.Fatalf("a clean cluster has problems: %v", p)
+	}
+	a := w.addressOf("r")
+	rec, _ := record.OnAddress(a.Labels, a.Annotations)
+	api, err := ipamapi.NewClient(w.url, ipamapi.Options{})
+	must(t, err)
+	extra := rec.Request("old-secret-value-1")
+	extra.Address = "83.118.171.250/32"
+	_, err = api.Register(w.ctx, extra)
+	must(t, err)
+	if p := w.problems(); len(p) != 1 || !strings.Contains(p[0], "leak: 83.118.171.250/32") {
+		t.Fatalf("the oracle does not see the extra address: %v", p)
+	}
+}

@@ -81,6 +81,8 @@ func (h *Handler) inputs() string {
 	}
 	add(string(h.pool.GetUID()))
 	add(strconv.FormatInt(h.pool.GetGeneration(), 10))
+	// A pool that became Ready again (the IPAM-API fixed or reloaded the zone) is a change.
+	add(strconv.FormatBool(poolReady(h.pool)))
 	add(h.Config.DefaultEndpoint)
 	add(h.Config.ClusterID)
 	add(h.Config.DefaultSecret.String())

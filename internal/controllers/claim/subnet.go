@@ -3,6 +3,7 @@ package claim
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
 	"sync"
 	"time"
@@ -129,9 +130,10 @@ func (h *Handler) allocateInSubnet(ctx context.Context, address *ipamv1.IPAddres
 		}
 	}
 
+	skip := map[netip.Addr]bool{} // reserved by another claim of this process just now
 	for range candidatesPerReconcile {
 		if reg.Address == "" {
-			cand, ok, err := h.pickCandidate(ctx, plan, key)
+			cand, ok, err := h.pickCandidate(ctx, plan, key, skip)
 			if err != nil {
 				return transient(err)
 			}
@@ -143,6 +145,12 @@ func (h *Handler) allocateInSubnet(ctx context.Context, address *ipamv1.IPAddres
 					"address is in use, excluded or held elsewhere; the claim binds when one frees up", spec.Subnet, h.claim.Spec.PoolRef.Kind, h.pool.GetName()))
 			}
 			reg.Address, reg.Candidate, reg.Attempt = netip.PrefixFrom(cand, cand.BitLen()).String(), true, time.Time{}
+			// Another claim of this process may be registering it right now (a requested
+			// address, before its record is in the cache): never both.
+			if _, ok := h.InFlight.ReserveAddress(ctx, reg.HostKey(), "", h.claim); !ok {
+				skip[cand], reg.Address = true, ""
+				continue
+			}
 		}
 		if o := h.checkIdentityFree(ctx, reg); o != nil {
 			return *o
@@ -175,7 +183,7 @@ func (h *Handler) allocateInSubnet(ctx context.Context, address *ipamv1.IPAddres
 			// The pool's subnet is not (all) in its zone: a pool error, shown on the pool too.
 			return h.refuse(ctx, failed(ipamv1alpha1.ClaimReadySubnetOutsideZoneReason, fmt.Sprintf("the IPAM-API says %s of subnet %s "+
 				"is not in zone %s: the pool's subnet lies outside its zone; fix spec.subnet or spec.zone of %s %s", reg.Address, spec.Subnet,
-				reg.Zone, h.claim.Spec.PoolRef.Kind, h.pool.GetName())), sec.ResourceVersion, reg, true)
+				reg.Zone, h.claim.Spec.PoolRef.Kind, h.pool.GetName())), valueKey(reg.Secret, sec, nil), reg, true)
 		default:
 			return h.registerFailed(ctx, reg, sec, err, firstAttempt)
 		}
@@ -200,7 +208,9 @@ func (h *Handler) decline(ctx context.Context, api ipamapi.Client, sec *registra
 	req := reg.Request(sec.Value)
 	req.RetentionPeriodDays = 0
 	if _, err := api.Release(ctx, req); err != nil && !ipamapi.IsNotHeld(err) {
-		o := h.registerFailed(ctx, reg, sec, err, false) // the next reconcile gives it back before anything else
+		// The record keeps Declined: the next reconcile gives it back before anything else.
+		o := failed(ipamv1.IPAddressClaimReadyAllocationFailedReason, fmt.Sprintf("giving back %s, which someone else holds, failed: %v; "+
+			"retrying with back-off", reg.Address, err))
 		return &o
 	}
 	cand, _ := ipamapi.ParseHost(reg.Address)
@@ -212,7 +222,7 @@ func (h *Handler) decline(ctx context.Context, api ipamapi.Client, sec *registra
 // pickCandidate returns the lowest usable address of the subnet that no IPAddress of
 // the pool has, no other claim of the pool has recorded, and that is not known to be
 // held elsewhere.
-func (h *Handler) pickCandidate(ctx context.Context, plan *subnet.Plan, key string) (netip.Addr, bool, error) {
+func (h *Handler) pickCandidate(ctx context.Context, plan *subnet.Plan, key string, skip map[netip.Addr]bool) (netip.Addr, bool, error) {
 	kind := h.claim.Spec.PoolRef.Kind
 	opts := func(field string) []client.ListOption {
 		o := []client.ListOption{client.MatchingFields{field: index.PoolRefValue(kind, h.pool.GetName())}}
@@ -221,7 +231,7 @@ func (h *Handler) pickCandidate(ctx context.Context, plan *subnet.Plan, key stri
 		}
 		return o
 	}
-	used := map[netip.Addr]bool{}
+	used := maps.Clone(skip)
 	addrs := &ipamv1.IPAddressList{}
 	if err := h.Client.List(ctx, addrs, opts(index.AddressPoolRef)...); err != nil {
 		return netip.Addr{}, false, errors.Wrap(err, "listing the pool's IPAddresses")

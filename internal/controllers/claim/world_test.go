@@ -31,6 +31,7 @@ import (
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/manager"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/record"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/registrar"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi/sim"
 )
 
@@ -224,24 +225,42 @@ func (w *world) run(n int) {
 	}
 }
 
-// check asserts the promise: every registration the stand-in holds live is recorded by
-// an object, no address is bound twice, and no Secret keeps the finalizer that nothing
-// records.
+// check asserts the promise (see problems).
 func (w *world) check() {
 	w.t.Helper()
+	for _, p := range w.problems() {
+		w.t.Error(p)
+	}
+}
+
+func appendf(out []string, format string, args ...any) []string {
+	return append(out, fmt.Sprintf(format, args...))
+}
+
+// problems lists where the promise is broken: every registration the stand-in holds live is recorded by
+// an object, no address is bound twice, and no Secret keeps the finalizer that nothing
+// records.
+func (w *world) problems() []string {
+	var out []string
+	// An address is accounted for when an IPAddress or a claim's record names it; a
+	// pending record without an address accounts for one address of its identity.
 	recorded := map[string]bool{}
+	pending := map[sim.ServiceRef]int{}
+	ref := func(id ipamapi.Identity) sim.ServiceRef {
+		return sim.ServiceRef{ServiceName: id.ServiceName, NamespaceID: id.NamespaceID, ClusterID: id.ClusterID}
+	}
 	addrs := &ipamv1.IPAddressList{}
 	must(w.t, w.direct.List(w.ctx, addrs))
 	bound := map[string]string{}
 	for _, a := range addrs.Items {
 		rec, err := record.OnAddress(a.Labels, a.Annotations)
 		if err != nil || rec == nil {
-			w.t.Errorf("IPAddress %s has no record: %v", a.Name, err)
+			out = appendf(out, "IPAddress %s has no record: %v", a.Name, err)
 			continue
 		}
-		recorded[holderKey(rec.Address, rec.Identity.ServiceName)] = true
+		recorded[holderKey(rec.Address, ref(rec.Identity))] = true
 		if other, ok := bound[rec.Address]; ok {
-			w.t.Errorf("address %s is bound twice: %s and %s", rec.Address, other, a.Name)
+			out = appendf(out, "address %s is bound twice: %s and %s", rec.Address, other, a.Name)
 		}
 		bound[rec.Address] = a.Name
 	}
@@ -249,15 +268,23 @@ func (w *world) check() {
 	must(w.t, w.direct.List(w.ctx, claims))
 	for _, c := range claims.Items {
 		if rec, _ := record.OnClaim(c.Annotations); rec != nil {
-			recorded[holderKey(rec.Address, rec.Identity.ServiceName)] = true
-			recorded[holderKey("", rec.Identity.ServiceName)] = true
+			if rec.Address != "" {
+				recorded[holderKey(rec.Address, ref(rec.Identity))] = true
+			} else {
+				pending[ref(rec.Identity)]++
+			}
 		}
 	}
 	for _, r := range w.api.Registrations() {
 		for _, h := range r.Holders {
-			if h.ClusterID == w.cfg.ClusterID && h.ExpiresAt == nil && !recorded[holderKey(r.Address, h.ServiceName)] && !recorded[holderKey("", h.ServiceName)] {
-				w.t.Errorf("leak: %s is held by %s and recorded nowhere", r.Address, h.ServiceName)
+			if h.ClusterID != w.cfg.ClusterID || h.ExpiresAt != nil || recorded[holderKey(r.Address, h.ServiceRef)] {
+				continue
 			}
+			if pending[h.ServiceRef] > 0 {
+				pending[h.ServiceRef]--
+				continue
+			}
+			out = appendf(out, "leak: %s is held by %+v and recorded nowhere", r.Address, h.ServiceRef)
 		}
 	}
 	secrets := &corev1.SecretList{}
@@ -278,9 +305,10 @@ func (w *world) check() {
 			}
 		}
 		if protected != used {
-			w.t.Errorf("Secret %s: finalizer %v, but records name it: %v", s.Name, protected, used)
+			out = appendf(out, "Secret %s: finalizer %v, but records name it: %v", s.Name, protected, used)
 		}
 	}
+	return out
 }
 
 // drainEvents returns the events recorded since the last call.
@@ -296,7 +324,9 @@ func (w *world) drainEvents() []string {
 	}
 }
 
-func holderKey(address, service string) string { return address + "|" + service }
+func holderKey(address string, holder sim.ServiceRef) string {
+	return address + "|" + holder.ServiceName + "|" + holder.NamespaceID + "|" + holder.ClusterID
+}
 
 // live is the stand-in's live holders of this cluster, address by address.
 func (w *world) live() map[string][]string {

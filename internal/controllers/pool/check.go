@@ -64,7 +64,7 @@ func (r *Reconciler) check(ctx context.Context, pool ipamv1alpha1.Pool) check {
 	case ipamapi.ClassValidation:
 		return refused("fix spec.zone or spec.ipFamily")
 	case ipamapi.ClassNoPrefixes:
-		if poolWasReady(pool) {
+		if ipamv1alpha1.WorkedBefore(pool) {
 			return check{ipamv1alpha1.PoolReadyBackendFailingReason, fmt.Sprintf("the IPAM-API at %s has no prefixes for zone %s, family %s "+
 				"although it had before (it loads them after a restart): %v", reg.Endpoint, reg.Zone, reg.Family, err)}
 		}
@@ -79,15 +79,4 @@ func (r *Reconciler) check(ctx context.Context, pool ipamv1alpha1.Pool) check {
 		return check{ipamv1alpha1.PoolReadyIPAMAPIUnreachableReason, err.Error()}
 	}
 	return check{ipamv1alpha1.PoolReadyIPAMAPIUnreachableReason, fmt.Sprintf("%v; check the endpoint URL (spec.endpoint or --ipam-api-url)", err)}
-}
-
-// poolWasReady reports whether the pool's last status said Ready (for a "no prefixes"
-// answer: transient after the IPAM-API restarted, or the pool never worked).
-func poolWasReady(pool ipamv1alpha1.Pool) bool {
-	for _, c := range pool.PoolStatus().Conditions {
-		if c.Type == ipamv1alpha1.PoolReadyCondition {
-			return c.Status == "True" || c.Reason == ipamv1alpha1.PoolReadyBackendFailingReason
-		}
-	}
-	return false
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/pkg/errors"
@@ -27,6 +28,9 @@ import (
 )
 
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;patch
+
+// resync is how often a protected Secret is looked at again without an event.
+const resync = 10 * time.Minute
 
 // Protector keeps Secrets that own addresses from being deleted (the finalizer) or
 // silently changed (the fingerprint), from what the cluster records. It is enqueued by
@@ -82,18 +86,8 @@ func secretsOf(o client.Object) []types.NamespacedName {
 			out = append(out, s.ObjectKey())
 		}
 	}
-	slices.SortFunc(out, func(a, b types.NamespacedName) int { return compare(a.String(), b.String()) })
+	slices.SortFunc(out, func(a, b types.NamespacedName) int { return strings.Compare(a.String(), b.String()) })
 	return slices.Compact(out)
-}
-
-func compare(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // Reconcile protects a Secret while any record names it, and lets it go when none does.
@@ -131,14 +125,20 @@ func (p *Protector) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 	} else {
 		controllerutil.RemoveFinalizer(sec, ipamv1alpha1.SecretInUseFinalizer)
 	}
+	// Looked at again now and then while protected: a finalizer or fingerprint someone
+	// stripped comes back (Secrets are not watched).
+	res := ctrl.Result{}
+	if len(keys) > 0 {
+		res.RequeueAfter = resync
+	}
 	if maps.Equal(before.Annotations, sec.Annotations) && slices.Equal(before.Finalizers, sec.Finalizers) {
-		return ctrl.Result{}, nil
+		return res, nil
 	}
 	err = p.Client.Patch(ctx, sec, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
 	if apierrors.IsConflict(err) {
 		return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil
 	}
-	return ctrl.Result{}, client.IgnoreNotFound(errors.Wrapf(err, "protecting Secret %s", req.NamespacedName))
+	return res, client.IgnoreNotFound(errors.Wrapf(err, "protecting Secret %s", req.NamespacedName))
 }
 
 // referencedKeys lists the keys of the Secret that records name, through the indexes
