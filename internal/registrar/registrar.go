@@ -148,10 +148,12 @@ func APIFamily(f ipamv1alpha1.IPFamily) ipamapi.Family {
 // WriteRecord saves a claim's record at once (not with ipamutil's patch at the end of
 // the reconcile), together with any other annotation changes in set (nil values
 // remove). It patches a copy, so that ipamutil's patch of claim does not conflict, and
-// then copies the annotations back.
+// then copies the annotations and the new resourceVersion back. The patch carries the
+// claim's resourceVersion: a reconcile that started from an older copy of the claim (a
+// stale cache) gets a conflict and starts over, instead of overwriting a newer record.
 func (r *Registrar) WriteRecord(ctx context.Context, claim client.Object, reg *record.Registration, set map[string]*string) error {
 	c := claim.DeepCopyObject().(client.Object)
-	patch := client.MergeFrom(claim.DeepCopyObject().(client.Object))
+	patch := client.MergeFromWithOptions(claim.DeepCopyObject().(client.Object), client.MergeFromWithOptimisticLock{})
 	if reg != nil {
 		reg.SetOn(c)
 	} else {
@@ -173,5 +175,6 @@ func (r *Registrar) WriteRecord(ctx context.Context, claim client.Object, reg *r
 		return errors.Wrap(err, "recording the registration on the claim")
 	}
 	claim.SetAnnotations(c.GetAnnotations())
+	claim.SetResourceVersion(c.GetResourceVersion())
 	return nil
 }

@@ -102,7 +102,8 @@ func (w *Pool) ValidateUpdate(ctx context.Context, oldPool, newPool ipamv1alpha1
 		}
 		holding := 0
 		for _, c := range claims.Items {
-			if rec, _ := record.OnClaim(c.Annotations); c.Status.AddressRef.Name != "" || rec != nil && rec.Address != "" {
+			// A record with an address, or with a request sent, may hold one.
+			if rec, _ := record.OnClaim(c.Annotations); c.Status.AddressRef.Name != "" || rec != nil && (rec.Address != "" || !rec.Attempt.IsZero()) {
 				holding++
 			}
 		}

@@ -140,7 +140,7 @@ func (h *Handler) send(ctx context.Context, api ipamapi.Client, sec *registrar.S
 // record, and only then is anything sent under it.
 func (h *Handler) writePending(ctx context.Context, reg *record.Registration, sec *registrar.Secret) *outcome {
 	reg.Attempt = time.Now().UTC()
-	if err := h.WriteRecord(ctx, h.claim, reg, map[string]*string{ipamv1alpha1.RefusedInputsAnnotation: nil}); err != nil {
+	if err := h.writeRecord(ctx, reg, map[string]*string{ipamv1alpha1.RefusedInputsAnnotation: nil}); err != nil {
 		o := transient(err)
 		return &o
 	}
@@ -245,7 +245,7 @@ func (h *Handler) forgetIfNothingHeld(ctx context.Context, o outcome, reg *recor
 	if !nothingHeld || reg.Registered {
 		return o
 	}
-	if err := h.WriteRecord(ctx, h.claim, nil, nil); err != nil {
+	if err := h.writeRecord(ctx, nil, nil); err != nil {
 		return transient(err)
 	}
 	h.InFlight.Forget(h.claim.UID)

@@ -66,7 +66,7 @@ func (h *Handler) bound(ctx context.Context, address *ipamv1.IPAddress) outcome 
 	}
 	if want.Secret.Equal(rec.Secret) && refused != "" {
 		// The user went back to the secret that owns the address: the refusal is moot.
-		if err := h.WriteRecord(ctx, h.claim, withRefusal(rec, ""), nil); err != nil {
+		if err := h.writeRecord(ctx, withRefusal(rec, ""), nil); err != nil {
 			return transient(err)
 		}
 		done.drop = append(done.drop, ipamv1alpha1.ClaimSecretRotatedCondition)
@@ -136,7 +136,7 @@ func (h *Handler) rotate(ctx context.Context, address *ipamv1.IPAddress, rec, wa
 	// event goes out once per change of the condition.
 	refusedRotation := func(msg string, remember bool) outcome {
 		if remember {
-			if err := h.WriteRecord(ctx, h.claim, withRefusal(rec, want.Secret.String()), nil); err != nil {
+			if err := h.writeRecord(ctx, withRefusal(rec, want.Secret.String()), nil); err != nil {
 				return transient(err)
 			}
 		}
@@ -169,7 +169,7 @@ func (h *Handler) rotate(ctx context.Context, address *ipamv1.IPAddress, rec, wa
 	// protected: the Secret protector protects what records name.
 	intent := withRefusal(rec, "")
 	intent.RotatingTo = want.Secret
-	if err := h.WriteRecord(ctx, h.claim, intent, nil); err != nil {
+	if err := h.writeRecord(ctx, intent, nil); err != nil {
 		return transient(err)
 	}
 	if !next.Ready() {
@@ -204,7 +204,7 @@ func (h *Handler) rotated(done outcome, rec *record.Registration, old record.Obj
 // go on with rec as it now is.
 func (h *Handler) finishRotation(ctx context.Context, address *ipamv1.IPAddress, rec, cur *record.Registration) (outcome, bool) {
 	if rec.Secret.Equal(cur.RotatingTo) {
-		if err := h.WriteRecord(ctx, h.claim, withRefusal(rec, ""), nil); err != nil {
+		if err := h.writeRecord(ctx, withRefusal(rec, ""), nil); err != nil {
 			return transient(err), false
 		}
 		return outcome{}, true
@@ -219,7 +219,7 @@ func (h *Handler) finishRotation(ctx context.Context, address *ipamv1.IPAddress,
 		rec.WriteTo(address.Labels, address.Annotations) // the intent goes once the IPAddress shows it
 		return h.rotated(allocated(address.Spec.Address), rec, old), false
 	}
-	if err := h.WriteRecord(ctx, h.claim, withRefusal(rec, cur.RotationRefused), nil); err != nil {
+	if err := h.writeRecord(ctx, withRefusal(rec, cur.RotationRefused), nil); err != nil {
 		return transient(err), false
 	}
 	return outcome{}, true

@@ -114,3 +114,45 @@ func TestOutcomes(t *testing.T) {
 }
 
 func ptrTrue() *bool { b := true; return &b }
+
+// A claim refused for a reason only a user can fix is sent again once it is fixed: the
+// missing Secret created, or the refused pool fixed.
+func TestRefusedClaimsGoOnOnceFixed(t *testing.T) {
+	t.Run("the Secret is created", func(t *testing.T) {
+		w := newWorld(t)
+		pools(w)
+		w.create(claimObj("c", "routed", map[string]string{ipamv1alpha1.SecretAnnotation: "later"}))
+		w.run(4)
+		if cond := readyOf(w.get(claimObj("c", "", nil)).(*ipamv1.IPAddressClaim)); cond == nil || !strings.Contains(cond.Message, "not found") {
+			t.Fatalf("Ready = %+v, want the missing Secret named", cond)
+		}
+		w.create(secretObj("later", "later-secret-value"))
+		w.settle()
+		if w.addressOf("c") == nil {
+			t.Fatalf("the claim did not bind after its Secret was created:\n%s", w.describe())
+		}
+		w.check()
+	})
+	t.Run("the pool's zone is fixed", func(t *testing.T) {
+		w := newWorld(t)
+		pool := &ipamv1alpha1.VitistackIPPool{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "pool"},
+			Spec: ipamv1alpha1.VitistackIPPoolSpec{Zone: "nowhere", IPFamily: ipamv1alpha1.IPv4}}
+		w.create(pool)
+		w.create(claimObj("c", "pool", nil))
+		w.run(4)
+		sent := w.api.Stats().Total(sim.RouteRegister)
+		w.run(3)
+		if w.api.Stats().Total(sim.RouteRegister) != sent {
+			t.Fatalf("the refused claim was sent again before anything changed")
+		}
+		p := w.get(pool).(*ipamv1alpha1.VitistackIPPool)
+		p.Spec.Zone = "inet"
+		p.Generation++
+		must(t, w.direct.Update(w.ctx, p))
+		w.settle()
+		if w.addressOf("c") == nil {
+			t.Fatalf("the claim did not bind after its pool was fixed:\n%s", w.describe())
+		}
+		w.check()
+	})
+}

@@ -28,7 +28,7 @@ func (h *Handler) refuse(ctx context.Context, o outcome, secretVersion string, r
 		keep = nil
 	}
 	digest := h.inputs()
-	if err := h.WriteRecord(ctx, h.claim, keep, map[string]*string{ipamv1alpha1.RefusedInputsAnnotation: &digest}); err != nil {
+	if err := h.writeRecord(ctx, keep, map[string]*string{ipamv1alpha1.RefusedInputsAnnotation: &digest}); err != nil {
 		return transient(err)
 	}
 	if keep == nil {

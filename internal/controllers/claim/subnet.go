@@ -200,7 +200,7 @@ func (h *Handler) decline(ctx context.Context, api ipamapi.Client, sec *registra
 	if !reg.Declined {
 		// Saved before the release: after a restart it is given back, never accepted.
 		reg.Declined = true
-		if err := h.WriteRecord(ctx, h.claim, reg, nil); err != nil {
+		if err := h.writeRecord(ctx, reg, nil); err != nil {
 			o := transient(err)
 			return &o
 		}
@@ -263,7 +263,7 @@ func (h *Handler) setRecordIfAny(ctx context.Context, reg *record.Registration) 
 		if _, ok := h.claim.Annotations[ipamv1alpha1.RegistrationAnnotation]; !ok {
 			return nil
 		}
-		return h.WriteRecord(ctx, h.claim, nil, nil)
+		return h.writeRecord(ctx, nil, nil)
 	}
-	return h.WriteRecord(ctx, h.claim, reg, nil)
+	return h.writeRecord(ctx, reg, nil)
 }
