@@ -85,15 +85,36 @@ func createClaim(t *testing.T, ns, name, kind, pool string, annotations map[stri
 	return claim
 }
 
+// managerLines is what the manager logged about an object (the last 40 lines), for a
+// failure message.
+func managerLines(name string) string {
+	var out []string
+	for _, l := range strings.Split(env.Logs.String(), "\n") {
+		if strings.Contains(l, `"`+name+`"`) || strings.Contains(l, "/"+name+`"`) {
+			out = append(out, l)
+		}
+	}
+	if len(out) > 40 {
+		out = out[len(out)-40:]
+	}
+	return strings.Join(out, "\n")
+}
+
 // boundAddress waits for the claim to be bound and returns its IPAddress.
 func boundAddress(t *testing.T, claim *ipamv1.IPAddressClaim) *ipamv1.IPAddress {
 	t.Helper()
 	g := NewWithT(t)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the manager's log about %s:\n%s", claim.Name, managerLines(claim.Name))
+		}
+	})
 	addr := &ipamv1.IPAddress{}
 	g.Eventually(func(g Gomega) {
 		c := &ipamv1.IPAddressClaim{}
 		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(claim), c)).To(Succeed())
-		g.Expect(c.Status.AddressRef.Name).NotTo(BeEmpty(), "claim %s/%s is not bound; conditions: %v", claim.Namespace, claim.Name, c.Status.Conditions)
+		g.Expect(c.Status.AddressRef.Name).NotTo(BeEmpty(), "claim %s/%s is not bound; conditions: %v; annotations: %v",
+			claim.Namespace, claim.Name, c.Status.Conditions, c.Annotations)
 		g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.Status.AddressRef.Name}, addr)).To(Succeed())
 	}, eventually, poll).Should(Succeed())
 	return addr

@@ -148,12 +148,10 @@ func APIFamily(f ipamv1alpha1.IPFamily) ipamapi.Family {
 // WriteRecord saves a claim's record at once (not with ipamutil's patch at the end of
 // the reconcile), together with any other annotation changes in set (nil values
 // remove). It patches a copy, so that ipamutil's patch of claim does not conflict, and
-// then copies the annotations and the new resourceVersion back. The patch carries the
-// claim's resourceVersion: a reconcile that started from an older copy of the claim (a
-// stale cache) gets a conflict and starts over, instead of overwriting a newer record.
+// then copies the annotations back.
 func (r *Registrar) WriteRecord(ctx context.Context, claim client.Object, reg *record.Registration, set map[string]*string) error {
 	c := claim.DeepCopyObject().(client.Object)
-	patch := client.MergeFromWithOptions(claim.DeepCopyObject().(client.Object), client.MergeFromWithOptimisticLock{})
+	patch := client.MergeFrom(claim.DeepCopyObject().(client.Object))
 	if reg != nil {
 		reg.SetOn(c)
 	} else {
@@ -175,6 +173,5 @@ func (r *Registrar) WriteRecord(ctx context.Context, claim client.Object, reg *r
 		return errors.Wrap(err, "recording the registration on the claim")
 	}
 	claim.SetAnnotations(c.GetAnnotations())
-	claim.SetResourceVersion(c.GetResourceVersion())
 	return nil
 }

@@ -25,24 +25,11 @@ type Handler struct {
 	*Adapter
 	claim *ipamv1.IPAddressClaim
 	pool  ipamv1alpha1.Pool
-	// written is the claim's resourceVersion after this reconcile's last record write,
-	// so the next write in the same reconcile is based on it. claim keeps the one it was
-	// read with, for ipamutil's patch at the end.
-	written string
 }
 
-// writeRecord saves the claim's record at once (see registrar.WriteRecord), based on
-// the claim as this reconcile read or last wrote it.
+// writeRecord saves the claim's record at once (see registrar.WriteRecord).
 func (h *Handler) writeRecord(ctx context.Context, reg *record.Registration, set map[string]*string) error {
-	c := h.claim.DeepCopy()
-	if h.written != "" {
-		c.ResourceVersion = h.written
-	}
-	if err := h.WriteRecord(ctx, c, reg, set); err != nil {
-		return err
-	}
-	h.claim.Annotations, h.written = c.Annotations, c.ResourceVersion
-	return nil
+	return h.WriteRecord(ctx, h.claim, reg, set)
 }
 
 // FetchPool implements ipamutil.ClaimHandler.
