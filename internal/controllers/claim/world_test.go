@@ -110,10 +110,10 @@ func newWorld(t *testing.T) *world {
 		ClusterID:       "cluster-a",
 		DefaultSecret:   types.NamespacedName{Namespace: "provider", Name: "default"},
 		// Long enough that no request to the in-process stand-in times out, even under
-		// -race on a loaded machine (that would change the path, and the writes, from
+		// -race with every package's tests on 2 cores (that would change the path, and the writes, from
 		// one run to the next). The stand-in in process finishes every request it got
 		// at once, so a lost answer needs only a short wait.
-		RequestTimeout:          time.Second,
+		RequestTimeout:          30 * time.Second,
 		QuarantineTime:          100 * time.Millisecond,
 		MaxConcurrentReconciles: 1,
 		SubnetRecheckInterval:   time.Minute,
