@@ -248,8 +248,7 @@ func (h *Handler) forgetIfNothingHeld(ctx context.Context, o outcome, reg *recor
 	if err := h.writeRecord(ctx, nil, nil); err != nil {
 		return transient(err)
 	}
-	h.InFlight.Forget(h.claim.UID)
-	h.subnets.forget(h.claim.UID)
+	h.forgetSends()
 	return o
 }
 

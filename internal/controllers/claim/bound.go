@@ -30,9 +30,7 @@ func (h *Handler) bound(ctx context.Context, address *ipamv1.IPAddress) outcome 
 	if err != nil {
 		return failed(ipamv1.IPAddressClaimReadyAllocationFailedReason, err.Error()).final()
 	}
-	h.InFlight.Forget(h.claim.UID)
-	h.subnets.forget(h.claim.UID)
-	h.refusals.forget(h.claim.UID)
+	h.forget()
 	done := allocated(address.Spec.Address)
 	if rec == nil {
 		return done

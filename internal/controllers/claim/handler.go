@@ -27,6 +27,20 @@ type Handler struct {
 	pool  ipamv1alpha1.Pool
 }
 
+// forgetSends drops what this process knows about the claim's requests: its
+// reservations, answers seen and subnet picks (a refusal is kept).
+func (h *Handler) forgetSends() {
+	h.InFlight.Forget(h.claim.UID)
+	h.subnets.forget(h.claim.UID)
+}
+
+// forget drops everything this process knows about the claim: it is bound, released
+// or gone.
+func (h *Handler) forget() {
+	h.forgetSends()
+	h.refusals.forget(h.claim.UID)
+}
+
 // writeRecord saves the claim's record at once (see registrar.WriteRecord).
 func (h *Handler) writeRecord(ctx context.Context, reg *record.Registration, set map[string]*string) error {
 	return h.WriteRecord(ctx, h.claim, reg, set)

@@ -32,8 +32,7 @@ func (h *Handler) refuse(ctx context.Context, o outcome, secretVersion string, r
 		return transient(err)
 	}
 	if keep == nil {
-		h.InFlight.Forget(h.claim.UID)
-		h.subnets.forget(h.claim.UID)
+		h.forgetSends()
 	}
 	h.refusals.remember(h.claim.UID, secretVersion)
 	return o.final().wakeAt(time.Now().Add(h.secretRecheck()))

@@ -30,12 +30,12 @@ func (h *Handler) release(ctx context.Context) outcome {
 		return releaseFailed(err.Error())
 	}
 	if reg == nil {
-		h.refusals.forget(h.claim.UID)
+		h.forget()
 		return outcome{}
 	}
 	if _, moving := h.claim.Annotations[clusterctlv1.DeleteForMoveAnnotation]; moving {
 		ctrl.LoggerFrom(ctx).V(2).Info("Claim deleted by clusterctl move, keeping its address registered")
-		h.InFlight.Forget(h.claim.UID)
+		h.forget()
 		return outcome{}
 	}
 	if cur, _ := record.OnClaim(h.claim.Annotations); cur != nil && !cur.RotatingTo.IsZero() && reg.Registered && !cur.RotatingTo.Equal(reg.Secret) {
@@ -122,9 +122,7 @@ func releaseFailed(msg string) outcome {
 // nothing records it any more.
 func (h *Handler) released(ctx context.Context, reg *record.Registration, how string) outcome {
 	record.Remove(h.claim)
-	h.refusals.forget(h.claim.UID)
-	h.InFlight.Forget(h.claim.UID)
-	h.subnets.forget(h.claim.UID)
+	h.forget()
 	ctrl.LoggerFrom(ctx).V(2).Info("Released address in the IPAM-API", "address", reg.Address, "how", how)
 	return outcome{}.note(corev1.EventTypeNormal, "Released", actionRelease, fmt.Sprintf("Released %s in zone %s (%s)", reg.Address, reg.Zone, how))
 }
