@@ -203,6 +203,11 @@ $(CLUSTERCTL): hack/tools/clusterctl/go.mod
 		-X sigs.k8s.io/cluster-api/version.gitMajor=1 -X sigs.k8s.io/cluster-api/version.gitMinor=$(word 2,$(subst ., ,$(CLUSTERCTL_VERSION)))" \
 		-o $@ sigs.k8s.io/cluster-api/cmd/clusterctl
 
+# The Cluster API in-cluster IPAM provider, the baseline of make bench-compare.
+IPAM_INCLUSTER := $(BIN)/ipam-incluster
+$(IPAM_INCLUSTER): hack/tools/incluster/go.mod
+	cd hack/tools/incluster && CGO_ENABLED=0 go build -o $@ sigs.k8s.io/cluster-api-ipam-provider-in-cluster
+
 $(ETCD): hack/tools/etcd/$(ETCD_VERSION)/go.mod
 	cd hack/tools/etcd/$(ETCD_VERSION) && CGO_ENABLED=0 go build -o $@ go.etcd.io/etcd/server/v3
 
@@ -243,3 +248,19 @@ run: ## Run the manager against the current KUBECONFIG and the stand-in, without
 .PHONY: bench
 bench: test-assets ## Benchmarks on a real control plane with the stand-in (not part of make test).
 	go test ./test/bench/ -run '^$$' -bench . -benchtime 20x -count 1
+
+# make bench-compare: this provider against the in-cluster IPAM provider, on Kubernetes
+# BENCH_KUBE_VERSION. Shorter: make bench-compare BENCH_N=200 BENCH_REPS=1 BENCH_QUIET=5s
+# BENCH_FLAGS="--extra-n 0 --seq-n 0 --big-n 0" (go run ./test/bench/compare --help lists the flags).
+BENCH_KUBE_VERSION ?= $(KUBE_VERSION_OLDEST)
+BENCH_N ?= 200,1000,3000
+BENCH_REPS ?= 3
+BENCH_QUIET ?= 60s
+BENCH_FLAGS ?=
+.PHONY: bench-compare
+bench-compare: build $(IPAM_INCLUSTER) ## Compare with the in-cluster IPAM provider v1.1.0 (fresh control planes; report in out/bench/compare.md; not part of make test).
+	$(MAKE) test-assets KUBE_VERSION=$(BENCH_KUBE_VERSION)
+	go run ./test/bench/compare --n $(BENCH_N) --reps $(BENCH_REPS) --quiet $(BENCH_QUIET) \
+		--assets $(BIN)/k8s/$(BENCH_KUBE_VERSION) --manager $(MANAGER) --sim $(IPAM_API_SIM) --incluster $(IPAM_INCLUSTER) \
+		--incluster-crds "$$(cd hack/tools/incluster && go list -m -f '{{.Dir}}' sigs.k8s.io/cluster-api-ipam-provider-in-cluster)/config/crd/bases" \
+		--out $(ROOT)/out/bench/compare.md $(BENCH_FLAGS)

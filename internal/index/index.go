@@ -5,6 +5,7 @@ import (
 
 	"github.com/pkg/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -38,6 +39,9 @@ const (
 	// ClaimSubnetOutsideZone indexes IPAddressClaims that found their pool's subnet
 	// outside its zone, by PoolRefValue: the pool is not Ready while any exists.
 	ClaimSubnetOutsideZone = "vitistack.subnetOutsideZone"
+	// ClaimClusterName indexes IPAddressClaims by their Cluster (spec.clusterName, else
+	// the cluster-name label), as ipamutil does: an unpaused Cluster wakes its claims.
+	ClaimClusterName = "clusterName"
 )
 
 // PoolRefValue is the index value of a reference to one of this provider's pools.
@@ -86,6 +90,16 @@ func readyReason(c *ipamv1.IPAddressClaim) string {
 }
 
 var indexers = []indexer{
+	{&ipamv1.IPAddressClaim{}, ClaimClusterName, "IPAddressClaims by cluster", func(o client.Object) []string {
+		c := o.(*ipamv1.IPAddressClaim)
+		if c.Spec.ClusterName != "" {
+			return []string{c.Spec.ClusterName}
+		}
+		if v := c.Labels[clusterv1.ClusterNameLabel]; v != "" {
+			return []string{v}
+		}
+		return nil
+	}},
 	{&ipamv1.IPAddressClaim{}, ClaimPoolRef, "IPAddressClaims by pool", func(o client.Object) []string {
 		return poolRefValues(o.(*ipamv1.IPAddressClaim).Spec.PoolRef)
 	}},

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/record"
@@ -32,6 +33,10 @@ type Registrar struct {
 	Config Config
 	// InFlight keeps requests for one identity from overlapping.
 	InFlight *InFlight
+	// Wake carries claims to the claim controller from outside its own watches: a
+	// claim's own wake timer, and the pool controller waking the claims that wait for
+	// room (never from an event handler).
+	Wake chan event.GenericEvent
 
 	clusterIDMu   sync.Mutex
 	kubeSystemUID string
@@ -46,6 +51,7 @@ func New(c client.Client, reader client.Reader, clients ClientFactory, cfg Confi
 		Clients:  clients,
 		Config:   cfg,
 		InFlight: &InFlight{Reader: c, Quarantine: cfg.Quarantine()},
+		Wake:     make(chan event.GenericEvent, 4096),
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"math/big"
 	"strconv"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/pkg/errors"
@@ -86,6 +87,42 @@ type Secrets struct {
 	Writer client.Writer
 	// Default is the provider's default secret.
 	Default types.NamespacedName
+	// Protected is what the Secret protector last made sure of.
+	Protected Protected
+}
+
+// Protected is the set of Secret keys the Secret protector has protected and
+// fingerprinted, so it is not asked again for every record that names them. A read of
+// a Secret that finds it not ready drops it, and the next record that names it asks
+// again. The zero value is empty and ready to use.
+type Protected struct {
+	mu   sync.Mutex
+	keys map[types.NamespacedName]map[string]bool
+}
+
+// Has reports whether ref's Secret key was protected.
+func (p *Protected) Has(ref record.ObjectRef) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.keys[ref.ObjectKey()][ref.Key]
+}
+
+// Set records the keys of a Secret that are protected now (none: it is not).
+func (p *Protected) Set(secret types.NamespacedName, keys []string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(keys) == 0 {
+		delete(p.keys, secret)
+		return
+	}
+	if p.keys == nil {
+		p.keys = map[types.NamespacedName]map[string]bool{}
+	}
+	m := map[string]bool{}
+	for _, k := range keys {
+		m[k] = true
+	}
+	p.keys[secret] = m
 }
 
 // IsDefault reports whether ref is the provider's default secret.
@@ -117,14 +154,18 @@ func (s *Secrets) Get(ctx context.Context, ref record.ObjectRef, createDefault b
 	if n := utf8.RuneCount(v); n < 8 || n > 64 { // the IPAM-API counts characters
 		return nil, &SecretInvalidError{Ref: ref, N: n, ResourceVersion: sec.ResourceVersion}
 	}
-	return &Secret{
+	out := &Secret{
 		Ref:             ref,
 		Value:           ipamapi.Secret(v),
 		ResourceVersion: sec.ResourceVersion,
 		Protected:       controllerutil.ContainsFinalizer(sec, ipamv1alpha1.SecretInUseFinalizer),
 		Deleting:        !sec.DeletionTimestamp.IsZero(),
 		Fingerprint:     record.Fingerprints(sec.Annotations)[ref.Key],
-	}, nil
+	}
+	if !out.Ready() {
+		s.Protected.Set(ref.ObjectKey(), nil) // the protector is asked again by the next record naming it
+	}
+	return out, nil
 }
 
 // createDefault creates the default secret. Many claims may find it missing at once,

@@ -182,6 +182,7 @@ func (e *Env) StartManager(ctx context.Context, opts manager.Options) error {
 		Logger:                 e.Logs.logger(),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
+		Cache:                  manager.CacheOptions(""),
 		// A restarted manager registers its controllers' metrics again.
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
 		WebhookServer: webhook.NewServer(webhook.Options{

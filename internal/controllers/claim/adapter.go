@@ -46,14 +46,13 @@ import (
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
-// Adapter plugs the Vitistack pools into ipamutil.ClaimReconciler.
+// Adapter plugs the Vitistack pools into the claim Reconciler (ipamutil's loop): it is
+// the ipamutil.ProviderAdapter.
 type Adapter struct {
 	*registrar.Registrar
 	// Recorder emits events on claims.
 	Recorder events.EventRecorder
 
-	// wake re-queues a claim at a chosen time (ipamutil keeps no result on errors).
-	wake chan event.GenericEvent
 	// subnets is what this process knows about subnet-mode candidates.
 	subnets subnetState
 	// refusals is what the Secrets of refused claims said.
@@ -86,18 +85,11 @@ func (a *Adapter) SetupWithManager(_ context.Context, b *ctrl.Builder) error {
 		claimKinds = append(claimKinds, ipampredicates.ClaimReferencesPoolKind(gk))
 		addressKinds = append(addressKinds, ipampredicates.AddressReferencesPoolKind(gk))
 	}
-	a.wake = make(chan event.GenericEvent, 1024)
 	a.subnets.recheck = a.Config.SubnetRecheckInterval
 	if a.subnets.recheck <= 0 {
 		a.subnets.recheck = time.Minute
 	}
 	workers := max(a.Config.MaxConcurrentReconciles, 1)
-	addressGone := predicate.Funcs{
-		CreateFunc:  func(event.CreateEvent) bool { return false },
-		UpdateFunc:  func(event.UpdateEvent) bool { return false },
-		DeleteFunc:  func(event.DeleteEvent) bool { return true },
-		GenericFunc: func(event.GenericEvent) bool { return false },
-	}
 	addressCameOrWent := predicate.Funcs{
 		CreateFunc:  func(event.CreateEvent) bool { return true },
 		UpdateFunc:  func(event.UpdateEvent) bool { return false },
@@ -116,9 +108,9 @@ func (a *Adapter) SetupWithManager(_ context.Context, b *ctrl.Builder) error {
 			ReconciliationTimeout: reconciliationTimeout,
 		}).
 		Owns(&ipamv1.IPAddress{}, builder.WithPredicates(predicate.Or(addressKinds...))).
-		WatchesRawSource(source.Channel(a.wake, &handler.EnqueueRequestForObject{})).
-		// An address that goes frees room in a subnet: the claims waiting for room there try again.
-		Watches(&ipamv1.IPAddress{}, handler.EnqueueRequestsFromMapFunc(a.claimsWaitingForRoom), builder.WithPredicates(addressGone)).
+		// Wake timers, and the claims waiting for room that the pool controller wakes
+		// when addresses of their zone go.
+		WatchesRawSource(source.Channel(a.Wake, &handler.EnqueueRequestForObject{})).
 		// An address that comes or goes changes who shares it: the sharers' status follows.
 		Watches(&ipamv1.IPAddress{}, handler.EnqueueRequestsFromMapFunc(a.sharers), builder.WithPredicates(addressCameOrWent)).
 		Watches(&ipamv1alpha1.VitistackIPPool{}, handler.EnqueueRequestsFromMapFunc(a.claimsOfPool(ipamv1alpha1.VitistackIPPoolKind)),
@@ -154,7 +146,7 @@ func (a *Adapter) wakeAt(claim client.Object, t time.Time) {
 		delete(a.timers, uid)
 		a.timersMu.Unlock()
 		select {
-		case a.wake <- event.GenericEvent{Object: obj}:
+		case a.Wake <- event.GenericEvent{Object: obj}:
 		default: // full, or no controller (tests): the error's back-off re-queues it anyway
 		}
 	})}
@@ -181,54 +173,6 @@ func (a *Adapter) claimsOfPool(kind string) handler.MapFunc {
 		}
 		return reqs
 	}
-}
-
-// claimsWaitingForRoom maps a deleted IPAddress of a subnet-mode pool to the live,
-// unbound claims that found no room in the subnet-mode pools of its zone. Deleting
-// and bound claims, and claims of routed pools, are left alone.
-func (a *Adapter) claimsWaitingForRoom(ctx context.Context, o client.Object) []reconcile.Request {
-	addr, ok := o.(*ipamv1.IPAddress)
-	if !ok || addr.Spec.PoolRef.APIGroup != ipamv1alpha1.GroupVersion.Group {
-		return nil
-	}
-	zone := addr.Labels[ipamv1alpha1.ZoneLabel]
-	var pools []ipamv1alpha1.Pool
-	local := &ipamv1alpha1.VitistackIPPoolList{}
-	global := &ipamv1alpha1.GlobalVitistackIPPoolList{}
-	if err := a.Client.List(ctx, local, client.InNamespace(addr.Namespace)); err != nil {
-		return nil
-	}
-	if err := a.Client.List(ctx, global); err != nil {
-		return nil
-	}
-	for i := range local.Items {
-		pools = append(pools, &local.Items[i])
-	}
-	for i := range global.Items {
-		pools = append(pools, &global.Items[i])
-	}
-	var reqs []reconcile.Request
-	for _, p := range pools {
-		if p.PoolSpec().Subnet == "" || p.PoolSpec().Zone != zone {
-			continue
-		}
-		kind := ipamv1alpha1.GlobalVitistackIPPoolKind
-		if p.GetNamespace() != "" {
-			kind = ipamv1alpha1.VitistackIPPoolKind
-		}
-		claims := &ipamv1.IPAddressClaimList{}
-		opts := []client.ListOption{client.MatchingFields{index.ClaimWaiting: index.PoolRefValue(kind, p.GetName())}}
-		if p.GetNamespace() != "" {
-			opts = append(opts, client.InNamespace(p.GetNamespace()))
-		}
-		if err := a.Client.List(ctx, claims, opts...); err != nil {
-			return nil
-		}
-		for _, c := range claims.Items {
-			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&c)})
-		}
-	}
-	return reqs
 }
 
 // sharers maps an IPAddress to the claims of the other IPAddresses with the same

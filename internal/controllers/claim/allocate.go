@@ -164,7 +164,9 @@ func (h *Handler) registered(ctx context.Context, address *ipamv1.IPAddress, reg
 	}
 	reg.Address, _ = ipamapi.CanonicalCIDR(res.Address)
 	reg.Registered, reg.Declined = true, false
-	reg.SetOn(h.claim) // saved by ipamutil's patch of the claim, even if the IPAddress create fails
+	// The claim keeps its pending record: the IPAddress records the registration from
+	// now on (a claim is bound with four writes). Should the IPAddress not be created,
+	// the pending record is sent again, and the IPAM-API answers with the same address.
 	h.fillAddress(address, reg, host)
 	ctrl.LoggerFrom(ctx).V(2).Info("Registered address in the IPAM-API", "address", address.Spec.Address,
 		"zone", reg.Zone, "updated", res.Updated())

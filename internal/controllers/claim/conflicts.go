@@ -8,6 +8,7 @@ import (
 
 	"github.com/pkg/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -28,7 +29,11 @@ func (h *Handler) checkIdentityFree(ctx context.Context, reg *record.Registratio
 		o := transient(errors.Wrap(err, "listing IPAddresses by registration"))
 		return &o
 	}
+	bound := map[types.UID]bool{} // claims whose IPAddress speaks for them (their own record stays the pending one)
 	for _, a := range addrs.Items {
+		if owner := metav1.GetControllerOf(&a); owner != nil {
+			bound[owner.UID] = true
+		}
 		if !metav1.IsControlledBy(&a, h.claim) && registrar.HoldersConflict(reg.Address, a.Annotations[ipamv1alpha1.RegisteredAddressAnnotation]) {
 			other = "IPAddress " + a.Namespace + "/" + a.Name
 		}
@@ -39,7 +44,7 @@ func (h *Handler) checkIdentityFree(ctx context.Context, reg *record.Registratio
 		return &o
 	}
 	for _, c := range claims.Items {
-		if rec, _ := record.OnClaim(c.Annotations); c.UID != h.claim.UID && rec != nil && registrar.HoldersConflict(reg.Address, rec.Address) {
+		if rec, _ := record.OnClaim(c.Annotations); c.UID != h.claim.UID && !bound[c.UID] && rec != nil && registrar.HoldersConflict(reg.Address, rec.Address) {
 			other = "IPAddressClaim " + c.Namespace + "/" + c.Name
 		}
 	}

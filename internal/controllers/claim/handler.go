@@ -3,6 +3,7 @@ package claim
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strings"
 
 	"github.com/pkg/errors"
@@ -25,6 +26,9 @@ type Handler struct {
 	*Adapter
 	claim *ipamv1.IPAddressClaim
 	pool  ipamv1alpha1.Pool
+	// written is the claim as the API server has it (read, or last written by the
+	// handler): the Reconciler patches only what differs from it.
+	written *ipamv1.IPAddressClaim
 }
 
 // forgetSends drops what this process knows about the claim's requests: its
@@ -43,7 +47,13 @@ func (h *Handler) forget() {
 
 // writeRecord saves the claim's record at once (see registrar.WriteRecord).
 func (h *Handler) writeRecord(ctx context.Context, reg *record.Registration, set map[string]*string) error {
-	return h.WriteRecord(ctx, h.claim, reg, set)
+	if err := h.WriteRecord(ctx, h.claim, reg, set); err != nil {
+		return err
+	}
+	if h.written != nil {
+		h.written.Annotations = maps.Clone(h.claim.Annotations)
+	}
+	return nil
 }
 
 // FetchPool implements ipamutil.ClaimHandler.

@@ -72,10 +72,15 @@ func (o outcome) note(typ, reason, action, message string) outcome {
 // reconcile) and returns the error for ipamutil.
 func (h *Handler) report(o outcome) error {
 	if o.ready != "" {
+		// One event per change of the condition, never one per retry or resync; none
+		// when a claim is bound the first time (its Ready condition and IPAddress say
+		// so, and a claim is bound with four writes), one when it recovers. (prev points
+		// into the claim's conditions: read it before they are set.)
 		prev := conditions.Get(h.claim, ipamv1.IPAddressClaimReadyCondition)
+		changed := prev == nil || prev.Status != o.ready || prev.Reason != o.reason || prev.Message != o.message
+		recovered := prev != nil && prev.Status != metav1.ConditionTrue
 		conditions.Set(h.claim, metav1.Condition{Type: ipamv1.IPAddressClaimReadyCondition, Status: o.ready, Reason: o.reason, Message: o.message})
-		// One event per change of the condition, never one per retry or resync.
-		if prev == nil || prev.Status != o.ready || prev.Reason != o.reason || prev.Message != o.message {
+		if changed && (o.ready != metav1.ConditionTrue || recovered) {
 			typ, reason := corev1.EventTypeWarning, o.reason
 			if o.ready == metav1.ConditionTrue {
 				typ = corev1.EventTypeNormal

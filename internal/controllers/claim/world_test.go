@@ -22,8 +22,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
-	"sigs.k8s.io/cluster-api-ipam-provider-in-cluster/pkg/ipamutil"
-
 	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/controllers/claim"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/controllers/secret"
@@ -45,7 +43,7 @@ type world struct {
 	direct client.Client // the cluster as the test sees it
 	api    *sim.Server
 
-	claims    *ipamutil.ClaimReconciler
+	claims    *claim.Reconciler
 	events    *events.FakeRecorder
 	protector *secret.Protector
 	cfg       registrar.Config
@@ -129,9 +127,8 @@ func newWorld(t *testing.T) *world {
 func (w *world) start() {
 	reg := registrar.New(w.c, w.c, &registrar.CachingClientFactory{Timeout: w.cfg.RequestTimeout}, w.cfg)
 	w.events = events.NewFakeRecorder(10000)
-	w.claims = &ipamutil.ClaimReconciler{Client: w.c, Scheme: w.c.Scheme(),
-		Adapter: &claim.Adapter{Registrar: reg, Recorder: w.events}}
-	w.protector = &secret.Protector{Client: w.c, Reader: w.c}
+	w.claims = &claim.Reconciler{Client: w.c, Adapter: &claim.Adapter{Registrar: reg, Recorder: w.events}}
+	w.protector = &secret.Protector{Client: w.c, Reader: w.c, Protected: &reg.Secrets.Protected}
 	w.dead = false
 }
 
@@ -251,8 +248,10 @@ func (w *world) problems() []string {
 	}
 	addrs := &ipamv1.IPAddressList{}
 	must(w.t, w.direct.List(w.ctx, addrs))
-	bound := map[string]string{}
+	bound := map[string]string{} // address → IPAddress
+	boundClaims := map[string]bool{}
 	for _, a := range addrs.Items {
+		boundClaims[a.Namespace+"/"+a.Name] = true // an IPAddress has its claim's name
 		rec, err := record.OnAddress(a.Labels, a.Annotations)
 		if err != nil || rec == nil {
 			out = appendf(out, "IPAddress %s has no record: %v", a.Name, err)
@@ -267,6 +266,9 @@ func (w *world) problems() []string {
 	claims := &ipamv1.IPAddressClaimList{}
 	must(w.t, w.direct.List(w.ctx, claims))
 	for _, c := range claims.Items {
+		if boundClaims[c.Namespace+"/"+c.Name] {
+			continue // a bound claim keeps its pending record; its IPAddress is what counts
+		}
 		if rec, _ := record.OnClaim(c.Annotations); rec != nil {
 			if rec.Address != "" {
 				recorded[holderKey(rec.Address, ref(rec.Identity))] = true

@@ -8,6 +8,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	"sigs.k8s.io/cluster-api/util/annotations"
 	"sigs.k8s.io/cluster-api/util/conditions"
@@ -40,6 +41,8 @@ type Reconciler struct {
 
 	mu     sync.Mutex
 	probed map[types.NamespacedName]probe
+	// inUse is each pool's count of addresses in use when it was last reconciled.
+	inUse map[types.NamespacedName]int32
 	// controller holds a pool's next reconcile until the cache has seen the status this
 	// one wrote (Cluster API's stale-cache protection).
 	controller capicontroller.Controller
@@ -64,20 +67,25 @@ func (r *Reconciler) newPool() ipamv1alpha1.Pool {
 // SetupWithManager registers the reconciler for its kind.
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	r.probed = map[types.NamespacedName]probe{}
-	addressCameOrWent := predicate.Funcs{
-		CreateFunc:  func(event.CreateEvent) bool { return true },
-		DeleteFunc:  func(event.DeleteEvent) bool { return true },
-		UpdateFunc:  func(event.UpdateEvent) bool { return false },
-		GenericFunc: func(event.GenericEvent) bool { return false },
+	r.inUse = map[types.NamespacedName]int32{}
+	// An address that comes or goes changes the pool's count: the pool is reconciled a
+	// second later, so a burst of claims costs about one status patch a second.
+	addressCameOrWent := handler.Funcs{
+		CreateFunc: func(_ context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			r.coalesce(q, e.Object)
+		},
+		DeleteFunc: func(_ context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			r.coalesce(q, e.Object)
+		},
 	}
-	// Cluster API's builder: capi_reconcile_* metrics, and at most one reconcile of a pool
-	// per second, which coalesces the status patches of a burst of claims.
+	// Cluster API's builder: capi_reconcile_* metrics, a reconcile timeout, and
+	// stale-cache protection.
 	c, err := capicontroller.NewControllerManagedBy(mgr, ctrl.LoggerFrom(ctx)).
 		Named(r.Kind).
 		For(r.newPool()).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 2}).
 		WithEventFilter(predicates.ResourceNotPausedAndHasFilterLabel(mgr.GetScheme(), ctrl.LoggerFrom(ctx), r.Config.WatchFilterValue)).
-		Watches(&ipamv1.IPAddress{}, handler.EnqueueRequestsFromMapFunc(r.addressToPool), addressCameOrWent).
+		Watches(&ipamv1.IPAddress{}, addressCameOrWent).
 		// A claim that finds the subnet outside the zone (or stops doing so) changes Ready.
 		Watches(&ipamv1.IPAddressClaim{}, handler.EnqueueRequestsFromMapFunc(r.claimToPool), predicate.Funcs{
 			CreateFunc:  func(event.CreateEvent) bool { return false },
@@ -110,8 +118,19 @@ func (r *Reconciler) poolKey(ref ipamv1.IPPoolReference, namespace string) []rec
 	return []reconcile.Request{{NamespacedName: key}}
 }
 
-func (r *Reconciler) addressToPool(_ context.Context, o client.Object) []reconcile.Request {
-	return r.poolKey(o.(*ipamv1.IPAddress).Spec.PoolRef, o.GetNamespace())
+// statusDelay is how long a pool waits after an address of it came or went before its
+// status is computed: the events of a burst fold into one reconcile (the queue keeps
+// the earliest time of an item that is already waiting).
+const statusDelay = time.Second
+
+func (r *Reconciler) coalesce(q workqueue.TypedRateLimitingInterface[reconcile.Request], o client.Object) {
+	a, ok := o.(*ipamv1.IPAddress)
+	if !ok {
+		return
+	}
+	for _, req := range r.poolKey(a.Spec.PoolRef, a.GetNamespace()) {
+		q.AddAfter(req, statusDelay)
+	}
 }
 
 func (r *Reconciler) claimToPool(_ context.Context, o client.Object) []reconcile.Request {
@@ -137,6 +156,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	}
 	facts, err := r.gather(ctx, pool)
 	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.wakeWaiting(ctx, pool, facts.inUse); err != nil {
 		return ctrl.Result{}, err
 	}
 	p := r.readiness(ctx, req.NamespacedName, pool)
@@ -182,4 +204,5 @@ func (r *Reconciler) forget(key types.NamespacedName) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.probed, key)
+	delete(r.inUse, key)
 }

@@ -36,7 +36,8 @@ func (r *Reconciler) listOptions(pool ipamv1alpha1.Pool, field string) []client.
 func (r *Reconciler) gather(ctx context.Context, pool ipamv1alpha1.Pool) (facts, error) {
 	var f facts
 	list := &ipamv1.IPAddressList{}
-	if err := r.Client.List(ctx, list, r.listOptions(pool, index.AddressPoolRef)...); err != nil {
+	// No deep copies: only the count is read (the cache is shared, never changed here).
+	if err := r.Client.List(ctx, list, append(r.listOptions(pool, index.AddressPoolRef), client.UnsafeDisableDeepCopy)...); err != nil {
 		return f, errors.Wrap(err, "listing the pool's IPAddresses")
 	}
 	f.inUse = int32(len(list.Items))
@@ -58,8 +59,10 @@ func (r *Reconciler) compute(pool ipamv1alpha1.Pool, f facts, c check) {
 	st.ObservedGeneration = pool.GetGeneration()
 
 	st.SubnetSize = nil
-	conditions.Delete(pool, ipamv1alpha1.PoolExhaustedCondition)
-	if plan, err := subnet.New(spec.Subnet, spec.Gateway, spec.ExcludedAddresses); spec.Subnet != "" && err == nil {
+	plan, err := subnet.New(spec.Subnet, spec.Gateway, spec.ExcludedAddresses)
+	if spec.Subnet == "" || err != nil {
+		conditions.Delete(pool, ipamv1alpha1.PoolExhaustedCondition)
+	} else {
 		size := plan.Size()
 		st.SubnetSize = &size
 		ex := metav1.Condition{Type: ipamv1alpha1.PoolExhaustedCondition, Status: metav1.ConditionFalse, Reason: ipamv1alpha1.PoolNotExhaustedReason,

@@ -4,27 +4,26 @@ import (
 	"context"
 	"maps"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/pkg/errors"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/index"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/record"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/registrar"
 )
 
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;patch
@@ -42,52 +41,81 @@ type Protector struct {
 	// Reader reads Secrets, and the records once more before a finalizer is removed,
 	// straight from the API server.
 	Reader client.Reader
+	// Protected is told what the protector has made sure of (the claims' Secret reads
+	// share it); nil: every record that names a Secret enqueues it.
+	Protected *registrar.Protected
 }
 
 // SetupWithManager registers the protector.
 func (p *Protector) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
-	refsChanged := predicate.Funcs{
-		CreateFunc:  func(e event.CreateEvent) bool { return len(secretsOf(e.Object)) > 0 },
-		DeleteFunc:  func(e event.DeleteEvent) bool { return len(secretsOf(e.Object)) > 0 },
-		UpdateFunc:  func(e event.UpdateEvent) bool { return !slices.Equal(secretsOf(e.ObjectOld), secretsOf(e.ObjectNew)) },
-		GenericFunc: func(event.GenericEvent) bool { return false },
-	}
-	toSecrets := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-		var reqs []reconcile.Request
-		for _, s := range secretsOf(o) {
-			reqs = append(reqs, reconcile.Request{NamespacedName: s})
-		}
-		return reqs
-	})
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("secret-protector").
 		WithOptions(controller.Options{MaxConcurrentReconciles: 2}).
-		Watches(&ipamv1.IPAddressClaim{}, toSecrets, builder.WithPredicates(refsChanged)).
-		Watches(&ipamv1.IPAddress{}, toSecrets, builder.WithPredicates(refsChanged)).
+		Watches(&ipamv1.IPAddressClaim{}, p.recordsChanged()).
+		Watches(&ipamv1.IPAddress{}, p.recordsChanged()).
 		Complete(p)
 }
 
-// secretsOf is the Secrets an object's record names.
-func secretsOf(o client.Object) []types.NamespacedName {
-	var regs []*record.Registration
+// removalDelay coalesces the reconciles of a Secret whose records go: a burst of
+// deletions looks at it about once a second, not once per record.
+const removalDelay = time.Second
+
+// recordsChanged enqueues the Secrets a record starts naming, unless the protector has
+// already protected that key (a burst of claims under one Secret asks once), and,
+// delayed, the Secrets a record stops naming.
+func (p *Protector) recordsChanged() handler.TypedEventHandler[client.Object, reconcile.Request] {
+	named := func(q workqueue.TypedRateLimitingInterface[reconcile.Request], refs []record.ObjectRef) {
+		for _, ref := range refs {
+			if p.Protected == nil || !p.Protected.Has(ref) {
+				q.Add(reconcile.Request{NamespacedName: ref.ObjectKey()})
+			}
+		}
+	}
+	unnamed := func(q workqueue.TypedRateLimitingInterface[reconcile.Request], refs []record.ObjectRef) {
+		for _, ref := range refs {
+			q.AddAfter(reconcile.Request{NamespacedName: ref.ObjectKey()}, removalDelay)
+		}
+	}
+	return handler.Funcs{
+		CreateFunc: func(_ context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			named(q, secretsOf(e.Object))
+		},
+		UpdateFunc: func(_ context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			before, after := secretsOf(e.ObjectOld), secretsOf(e.ObjectNew)
+			named(q, without(after, before))
+			unnamed(q, without(before, after))
+		},
+		DeleteFunc: func(_ context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			unnamed(q, secretsOf(e.Object))
+		},
+	}
+}
+
+// without is the refs of a that are not in b.
+func without(a, b []record.ObjectRef) []record.ObjectRef {
+	var out []record.ObjectRef
+	for _, r := range a {
+		if !slices.ContainsFunc(b, r.Equal) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// secretsOf is the Secret keys an object's record names.
+func secretsOf(o client.Object) []record.ObjectRef {
+	var reg *record.Registration
+	var err error
 	switch o.(type) {
 	case *ipamv1.IPAddressClaim:
-		if r, err := record.OnClaim(o.GetAnnotations()); err == nil && r != nil {
-			regs = append(regs, r)
-		}
+		reg, err = record.OnClaim(o.GetAnnotations())
 	case *ipamv1.IPAddress:
-		if r, err := record.OnAddress(o.GetLabels(), o.GetAnnotations()); err == nil && r != nil {
-			regs = append(regs, r)
-		}
+		reg, err = record.OnAddress(o.GetLabels(), o.GetAnnotations())
 	}
-	var out []types.NamespacedName
-	for _, r := range regs {
-		for _, s := range r.Secrets() {
-			out = append(out, s.ObjectKey())
-		}
+	if err != nil || reg == nil {
+		return nil
 	}
-	slices.SortFunc(out, func(a, b types.NamespacedName) int { return strings.Compare(a.String(), b.String()) })
-	return slices.Compact(out)
+	return reg.Secrets()
 }
 
 // Reconcile protects a Secret while any record names it, and lets it go when none does.
@@ -131,14 +159,25 @@ func (p *Protector) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 	if len(keys) > 0 {
 		res.RequeueAfter = resync
 	}
-	if maps.Equal(before.Annotations, sec.Annotations) && slices.Equal(before.Finalizers, sec.Finalizers) {
-		return res, nil
+	if !maps.Equal(before.Annotations, sec.Annotations) || !slices.Equal(before.Finalizers, sec.Finalizers) {
+		err = p.Client.Patch(ctx, sec, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
+		if apierrors.IsConflict(err) {
+			return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil
+		}
+		if err != nil {
+			return res, client.IgnoreNotFound(errors.Wrapf(err, "protecting Secret %s", req.NamespacedName))
+		}
 	}
-	err = p.Client.Patch(ctx, sec, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
-	if apierrors.IsConflict(err) {
-		return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil
+	if p.Protected != nil {
+		var ready []string // keys whose fingerprint matches the value (a changed value is not ready)
+		for _, k := range keys {
+			if v, ok := sec.Data[k]; ok && want[k] == record.Fingerprint(v) && sec.DeletionTimestamp.IsZero() {
+				ready = append(ready, k)
+			}
+		}
+		p.Protected.Set(req.NamespacedName, ready)
 	}
-	return res, client.IgnoreNotFound(errors.Wrapf(err, "protecting Secret %s", req.NamespacedName))
+	return res, nil
 }
 
 // referencedKeys lists the keys of the Secret that records name, through the indexes
@@ -146,7 +185,7 @@ func (p *Protector) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 func (p *Protector) referencedKeys(ctx context.Context, secret types.NamespacedName, r client.Reader, cached bool) ([]string, error) {
 	var opts []client.ListOption
 	if cached {
-		opts = append(opts, client.MatchingFields{index.ClaimSecret: secret.String()})
+		opts = append(opts, client.MatchingFields{index.ClaimSecret: secret.String()}, client.UnsafeDisableDeepCopy)
 	}
 	keys := map[string]bool{}
 	add := func(reg *record.Registration) {
@@ -166,7 +205,7 @@ func (p *Protector) referencedKeys(ctx context.Context, secret types.NamespacedN
 		}
 	}
 	if cached {
-		opts = []client.ListOption{client.MatchingFields{index.AddressSecret: secret.String()}}
+		opts = []client.ListOption{client.MatchingFields{index.AddressSecret: secret.String()}, client.UnsafeDisableDeepCopy}
 	}
 	addrs := &ipamv1.IPAddressList{}
 	if err := r.List(ctx, addrs, opts...); err != nil {

@@ -33,17 +33,21 @@ import (
 func (r *Reconciler) reconcileFamily(ctx context.Context, svc *corev1.Service, spec *lbservice.Spec, fam ipamapi.Family,
 	claims []ipamv1.IPAddressClaim) (string, error) {
 	want := spec.Addresses[fam]
+	addrs, err := r.boundAddresses(ctx, claims)
+	if err != nil {
+		return "", err
+	}
 	var current, bound *ipamv1.IPAddressClaim
 	for i := range claims {
 		c := &claims[i]
 		if !c.DeletionTimestamp.IsZero() {
 			continue
 		}
-		addr := boundAddressOf(c)
+		addr := addrs.of(c)
 		if addr != "" && (bound == nil || c.CreationTimestamp.Before(&bound.CreationTimestamp)) {
 			bound = c
 		}
-		fits, err := r.claimFits(ctx, c, spec)
+		fits, err := r.claimFits(ctx, c, spec, addrs)
 		if err != nil {
 			return "", err
 		}
@@ -55,7 +59,7 @@ func (r *Reconciler) reconcileFamily(ctx context.Context, svc *corev1.Service, s
 			continue
 		}
 		switch {
-		case want == "" && (current == nil || addr != "" && boundAddressOf(current) == ""):
+		case want == "" && (current == nil || addr != "" && addrs.of(current) == ""):
 			current = c
 		case want != "" && (addr == want || requestedOf(c) == want):
 			current = c
@@ -65,21 +69,21 @@ func (r *Reconciler) reconcileFamily(ctx context.Context, svc *corev1.Service, s
 	if current == nil {
 		pool, err := r.poolFor(ctx, svc, spec, fam)
 		if err != nil || pool == "" {
-			return boundAddressOf(bound), err
+			return addrs.of(bound), err
 		}
 		c, err := r.createClaim(ctx, svc, spec, fam, want, pool, claims)
 		if err != nil {
-			return boundAddressOf(bound), err
+			return addrs.of(bound), err
 		}
 		current = c
 	} else if err := r.updateClaim(ctx, current, spec); err != nil {
 		return "", err
 	}
 
-	if boundAddressOf(current) == "" {
+	if addrs.of(current) == "" {
 		r.reportClaim(svc, current)
 		// Make before break: the old address stays published until the new one is bound.
-		return boundAddressOf(bound), nil
+		return addrs.of(bound), nil
 	}
 	var stale []ipamv1.IPAddressClaim
 	for _, c := range claims {
@@ -91,12 +95,12 @@ func (r *Reconciler) reconcileFamily(ctx context.Context, svc *corev1.Service, s
 		return "", err
 	}
 	r.reportRotation(svc, current)
-	return boundAddressOf(current), nil
+	return addrs.of(current), nil
 }
 
 // claimFits reports whether a claim's pool still serves the Service's zone and the
 // pools the Service names.
-func (r *Reconciler) claimFits(ctx context.Context, c *ipamv1.IPAddressClaim, spec *lbservice.Spec) (bool, error) {
+func (r *Reconciler) claimFits(ctx context.Context, c *ipamv1.IPAddressClaim, spec *lbservice.Spec, addrs boundAddrs) (bool, error) {
 	name := c.Spec.PoolRef.Name
 	if len(spec.Pools) > 0 && !slices.Contains(spec.Pools, name) {
 		return false, nil
@@ -104,7 +108,7 @@ func (r *Reconciler) claimFits(ctx context.Context, c *ipamv1.IPAddressClaim, sp
 	pool := &ipamv1alpha1.GlobalVitistackIPPool{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Name: name}, pool); err != nil {
 		if apierrors.IsNotFound(err) {
-			return boundAddressOf(c) != "", nil // a bound claim keeps working without its pool
+			return addrs.of(c) != "", nil // a bound claim keeps working without its pool
 		}
 		return false, errors.Wrap(err, "reading the claim's GlobalVitistackIPPool")
 	}

@@ -7,8 +7,10 @@ import (
 
 	"github.com/pkg/errors"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	capicontroller "sigs.k8s.io/cluster-api/util/controller"
@@ -267,15 +269,41 @@ func (r *Reconciler) reportRotation(svc *corev1.Service, claim *ipamv1.IPAddress
 	}
 }
 
-// boundAddressOf is the claim's registered address, once its IPAddress exists.
-func boundAddressOf(c *ipamv1.IPAddressClaim) string {
-	if c == nil || c.Status.AddressRef.Name == "" {
+// boundAddrs is the registered address of each bound claim of a Service, by UID.
+type boundAddrs map[types.UID]string
+
+// of is the claim's registered address, "" while it is not bound.
+func (b boundAddrs) of(c *ipamv1.IPAddressClaim) string {
+	if c == nil {
 		return ""
 	}
-	if rec, err := record.OnClaim(c.Annotations); err == nil && rec != nil && rec.Registered {
-		return rec.Address
+	return b[c.UID]
+}
+
+// boundAddresses reads each bound claim's address from the record on its IPAddress
+// (the claim keeps only its pending record).
+func (r *Reconciler) boundAddresses(ctx context.Context, claims []ipamv1.IPAddressClaim) (boundAddrs, error) {
+	out := boundAddrs{}
+	for i := range claims {
+		c := &claims[i]
+		if c.Status.AddressRef.Name == "" {
+			continue
+		}
+		a := &ipamv1.IPAddress{}
+		if err := r.Client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: c.Status.AddressRef.Name}, a); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			return nil, errors.Wrap(err, "reading the IPAddress of the Service's claim")
+		}
+		if !metav1.IsControlledBy(a, c) {
+			continue
+		}
+		if rec, err := record.OnAddress(a.Labels, a.Annotations); err == nil && rec != nil {
+			out[c.UID] = rec.Address
+		}
 	}
-	return ""
+	return out, nil
 }
 
 // requestedOf is the address a claim asked for.

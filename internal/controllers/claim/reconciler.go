@@ -1,0 +1,285 @@
+package claim
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/pkg/errors"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	kerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/apimachinery/pkg/util/wait"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
+	"sigs.k8s.io/cluster-api/util/annotations"
+	"sigs.k8s.io/cluster-api/util/predicates"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"sigs.k8s.io/cluster-api-ipam-provider-in-cluster/pkg/ipamutil"
+
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/index"
+)
+
+// Reconciler reconciles the IPAddressClaims of this provider's pools. It is
+// ipamutil.ClaimReconciler's loop (v1.1.0: the finalizer first, FetchPool, the
+// IPAddress created or patched around EnsureAddress, ReleaseAddress on deletion, the
+// same finalizers, owner references and pausing), with the Adapter and Handler as its
+// ipamutil.ProviderAdapter and ipamutil.ClaimHandler. One thing differs, and it is why
+// the loop lives here: ipamutil's Cluster API patch helper writes a claim's conditions
+// and its addressRef in two status patches, and re-sends annotations the handler has
+// already written. Here the claim's metadata and its status each go out in at most one
+// patch, holding only what changed since the last write: a claim is bound with four
+// writes (finalizer, pending record, IPAddress, status with addressRef and Ready).
+type Reconciler struct {
+	Client           client.Client
+	WatchFilterValue string
+	Adapter          *Adapter
+}
+
+// SetupWithManager registers the claim controller: ipamutil's watches (claims, and
+// Clusters that are unpaused) and the Adapter's.
+func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+	b := ctrl.NewControllerManagedBy(mgr).
+		Named("ipaddressclaim").
+		WithEventFilter(predicates.ResourceNotPausedAndHasFilterLabel(mgr.GetScheme(), ctrl.LoggerFrom(ctx), r.WatchFilterValue)).
+		// An unpaused Cluster re-queues its claims.
+		Watches(&clusterv1.Cluster{}, handler.EnqueueRequestsFromMapFunc(r.clusterToClaims), builder.WithPredicates(clusterUnpaused()))
+	if err := r.Adapter.SetupWithManager(ctx, b); err != nil {
+		return err
+	}
+	return b.Complete(r)
+}
+
+// Reconcile binds or releases one claim.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, reterr error) {
+	claim := &ipamv1.IPAddressClaim{}
+	if err := r.Client.Get(ctx, req.NamespacedName, claim); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if paused, err := r.clusterPaused(ctx, claim); err != nil || paused {
+		return ctrl.Result{}, err
+	}
+	h := &Handler{Adapter: r.Adapter, claim: claim, written: claim.DeepCopy()}
+	defer func() {
+		if err := h.patchClaim(ctx); err != nil {
+			reterr = kerrors.NewAggregate([]error{reterr, err})
+		}
+	}()
+	if controllerutil.AddFinalizer(claim, ipamutil.ReleaseAddressFinalizer) {
+		return ctrl.Result{}, nil
+	}
+
+	pool, res, err := h.FetchPool(ctx)
+	if err != nil || res != nil {
+		if apierrors.IsNotFound(err) {
+			if !claim.DeletionTimestamp.IsZero() {
+				return r.reconcileDelete(ctx, claim, h)
+			}
+			return ctrl.Result{}, nil // the pool's watch brings the claim back
+		}
+		return unwrap(res), errors.Wrap(err, "failed to fetch pool")
+	}
+	if annotations.HasPaused(pool) {
+		ctrl.LoggerFrom(ctx).V(2).Info("The claim's pool is paused, skipping reconciliation", "pool", pool.GetName())
+		return ctrl.Result{}, nil
+	}
+	if !claim.DeletionTimestamp.IsZero() {
+		return r.reconcileDelete(ctx, claim, h)
+	}
+
+	// ipamutil's IPAddress: named after the claim, owned by it (controller) and the pool.
+	address := ipamutil.NewIPAddress(claim, pool)
+	op, err := controllerutil.CreateOrPatch(ctx, r.Client, &address, func() error {
+		if res, err = h.EnsureAddress(ctx, &address); err != nil {
+			return err
+		}
+		if err := controllerutil.SetOwnerReference(pool, &address, r.Client.Scheme()); err != nil {
+			return errors.Wrap(err, "failed to ensure owner references on address")
+		}
+		if err := controllerutil.SetControllerReference(claim, &address, r.Client.Scheme()); err != nil {
+			return errors.Wrap(err, "failed to ensure owner references on address")
+		}
+		if v, ok := claim.Labels[clusterv1.ClusterNameLabel]; ok {
+			if address.Labels == nil {
+				address.Labels = map[string]string{}
+			}
+			address.Labels[clusterv1.ClusterNameLabel] = v
+		}
+		controllerutil.AddFinalizer(&address, ipamutil.ProtectAddressFinalizer)
+		return nil
+	})
+	if res != nil || err != nil {
+		return unwrap(res), errors.Wrap(err, "failed to create or patch address")
+	}
+	if op == controllerutil.OperationResultCreated {
+		// As ipamutil does: the next allocation must see this address in the cache, or
+		// it could hand the same one out again.
+		if err := r.waitForCache(ctx, client.ObjectKeyFromObject(&address)); err != nil {
+			return ctrl.Result{}, err
+		}
+		ctrl.LoggerFrom(ctx).V(2).Info("IPAddress created", "address", address.Spec.Address)
+	}
+	claim.Status.AddressRef = ipamv1.IPAddressReference{Name: address.Name}
+	return ctrl.Result{}, nil
+}
+
+// reconcileDelete releases the address, then lets the IPAddress and the claim go.
+func (r *Reconciler) reconcileDelete(ctx context.Context, claim *ipamv1.IPAddressClaim, h *Handler) (ctrl.Result, error) {
+	res, err := h.ReleaseAddress(ctx)
+	if err != nil {
+		return unwrap(res), errors.Wrap(err, "release address")
+	}
+	if res != nil && (res.RequeueAfter > 0 || res.Requeue) { //nolint:staticcheck // ipamutil's contract
+		return *res, nil
+	}
+	address := &ipamv1.IPAddress{}
+	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(claim), address); err != nil && !apierrors.IsNotFound(err) {
+		return ctrl.Result{}, errors.Wrap(err, "failed to fetch address")
+	}
+	if address.Name != "" {
+		p := client.MergeFrom(address.DeepCopy())
+		if controllerutil.RemoveFinalizer(address, ipamutil.ProtectAddressFinalizer) {
+			if err := r.Client.Patch(ctx, address, p); err != nil && !apierrors.IsNotFound(err) {
+				return ctrl.Result{}, errors.Wrap(err, "failed to remove address finalizer")
+			}
+		}
+		if err := r.Client.Delete(ctx, address); err != nil && !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, errors.Wrap(err, "failed to delete address")
+		}
+	}
+	controllerutil.RemoveFinalizer(claim, ipamutil.ReleaseAddressFinalizer)
+	return ctrl.Result{}, nil
+}
+
+func (r *Reconciler) waitForCache(ctx context.Context, key types.NamespacedName) error {
+	err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 5*time.Second, true, func(ctx context.Context) (bool, error) {
+		if err := r.Client.Get(ctx, key, &ipamv1.IPAddress{}); err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		return true, nil
+	})
+	return errors.Wrapf(err, "waiting for IPAddress %s to be visible in the cache after create", key)
+}
+
+// clusterPaused reports whether the claim's Cluster (by spec.clusterName or the
+// cluster-name label) is paused. A live claim of a Cluster that is not found waits; a
+// deleted one goes on (the Cluster may be gone before its claims).
+func (r *Reconciler) clusterPaused(ctx context.Context, claim *ipamv1.IPAddressClaim) (bool, error) {
+	name := claim.Spec.ClusterName
+	if name == "" {
+		name = claim.Labels[clusterv1.ClusterNameLabel]
+	}
+	if name == "" {
+		return false, nil
+	}
+	cluster := &clusterv1.Cluster{}
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: claim.Namespace, Name: name}, cluster)
+	switch {
+	case apierrors.IsNotFound(err):
+		if claim.DeletionTimestamp.IsZero() {
+			ctrl.LoggerFrom(ctx).Info("IPAddressClaim linked to a cluster that is not found, unable to determine cluster's paused state, skipping reconciliation")
+			return true, nil
+		}
+		return false, nil
+	case err != nil:
+		return false, errors.Wrap(err, "fetching the claim's Cluster")
+	}
+	if annotations.IsPaused(cluster, cluster) {
+		ctrl.LoggerFrom(ctx).V(2).Info("IPAddressClaim linked to a cluster that is paused, skipping reconciliation")
+		return true, nil
+	}
+	return false, nil
+}
+
+func (r *Reconciler) clusterToClaims(ctx context.Context, o client.Object) []reconcile.Request {
+	claims := &ipamv1.IPAddressClaimList{}
+	if err := r.Client.List(ctx, claims, client.InNamespace(o.GetNamespace()), client.MatchingFields{index.ClaimClusterName: o.GetName()}); err != nil {
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(claims.Items))
+	for _, c := range claims.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&c)})
+	}
+	return reqs
+}
+
+func clusterUnpaused() predicate.Funcs {
+	paused := func(o client.Object) bool { c, ok := o.(*clusterv1.Cluster); return ok && annotations.IsPaused(c, c) }
+	return predicate.Funcs{
+		UpdateFunc:  func(e event.UpdateEvent) bool { return paused(e.ObjectOld) && !paused(e.ObjectNew) },
+		CreateFunc:  func(e event.CreateEvent) bool { return !paused(e.Object) },
+		DeleteFunc:  func(e event.DeleteEvent) bool { return !paused(e.Object) },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
+}
+
+// patchClaim writes what the reconcile changed on the claim since it was read or last
+// written: its metadata in one patch, its status (addressRef, conditions) in another.
+func (h *Handler) patchClaim(ctx context.Context) error {
+	var errs []error
+	rv := ""
+	if meta, written := withoutStatus(h.claim), withoutStatus(h.written); !apiequality.Semantic.DeepEqual(meta, written) {
+		// A claim whose last finalizer went is gone: NotFound is its end.
+		if err := h.Client.Patch(ctx, meta, client.MergeFrom(written)); err != nil && (!apierrors.IsNotFound(err) || len(meta.Finalizers) > 0) {
+			errs = append(errs, errors.Wrap(err, "patching the claim"))
+		}
+		rv = meta.ResourceVersion
+	}
+	if !apiequality.Semantic.DeepEqual(h.claim.Status, h.written.Status) {
+		st := statusOnly(h.claim)
+		if err := h.Client.Status().Patch(ctx, st, client.MergeFrom(statusOnly(h.written))); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, errors.Wrap(err, "patching the claim's status"))
+		}
+		rv = st.ResourceVersion
+	}
+	if len(errs) == 0 && rv != "" {
+		h.waitForCache(ctx, rv)
+	}
+	return kerrors.NewAggregate(errs)
+}
+
+// waitForCache waits (briefly) until the cache holds the claim at resourceVersion rv
+// or later, so the next reconcile never acts on the copy before this one's writes: it
+// would write them again.
+func (h *Handler) waitForCache(ctx context.Context, rv string) {
+	want, err := strconv.ParseUint(rv, 10, 64)
+	if err != nil {
+		return
+	}
+	_ = wait.PollUntilContextTimeout(ctx, 2*time.Millisecond, 5*time.Second, true, func(ctx context.Context) (bool, error) {
+		c := &ipamv1.IPAddressClaim{}
+		if err := h.Client.Get(ctx, client.ObjectKeyFromObject(h.claim), c); err != nil {
+			return apierrors.IsNotFound(err), nil
+		}
+		got, err := strconv.ParseUint(c.ResourceVersion, 10, 64)
+		return err != nil || got >= want, nil
+	})
+}
+
+func withoutStatus(c *ipamv1.IPAddressClaim) *ipamv1.IPAddressClaim {
+	out := c.DeepCopy()
+	out.Status = ipamv1.IPAddressClaimStatus{}
+	return out
+}
+
+func statusOnly(c *ipamv1.IPAddressClaim) *ipamv1.IPAddressClaim {
+	out := &ipamv1.IPAddressClaim{TypeMeta: c.TypeMeta, Status: *c.Status.DeepCopy()}
+	out.Namespace, out.Name, out.UID = c.Namespace, c.Name, c.UID
+	return out
+}
+
+func unwrap(res *ctrl.Result) ctrl.Result {
+	if res == nil {
+		return ctrl.Result{}
+	}
+	return *res
+}

@@ -1,0 +1,212 @@
+package writebudget
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	dto "github.com/prometheus/client_model/go"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
+	"sigs.k8s.io/cluster-api/util/conditions"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/apicount"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/testenv"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi/sim"
+)
+
+var (
+	env  *testenv.Env
+	opts = testenv.DefaultOptions()
+	ctx  = context.Background()
+)
+
+func TestMain(m *testing.M) {
+	var err error
+	if env, err = testenv.Start(ctx, opts); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	if err := env.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	}
+	os.Exit(code)
+}
+
+// claimsPerPool is the size of the burst in each pool (one routed, one subnet-mode).
+const claimsPerPool = 60
+
+// TestWriteBudget binds a burst of claims in a routed and a subnet-mode pool and counts
+// every write the API server served meanwhile: per claim at most a finalizer patch, a
+// pending-record patch, an IPAddress and one status patch; no event; pool status at most
+// about one patch a second per pool. Then it restarts the provider, waits until every
+// claim was reconciled again, and counts nothing written and nothing registered.
+func TestWriteBudget(t *testing.T) {
+	g := NewWithT(t)
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "budget-"}}
+	g.Expect(env.Client.Create(ctx, ns)).To(Succeed())
+	pools := map[string]ipamv1alpha1.VitistackIPPoolSpec{
+		"routed": {Zone: "hnet-private", IPFamily: ipamv1alpha1.IPv4},
+		"subnet": {Zone: "hnet-private", IPFamily: ipamv1alpha1.IPv4, Subnet: "10.70.0.0/24", Gateway: "10.70.0.1"},
+	}
+	for name, spec := range pools {
+		g.Expect(env.Client.Create(ctx, &ipamv1alpha1.VitistackIPPool{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: name}, Spec: spec})).To(Succeed())
+	}
+	// The one-time work is not a claim's: the pools' first status, the default secret
+	// created and protected. One claim per pool, bound before counting.
+	for name := range pools {
+		createClaims(g, ns.Name, name, name+"-warm", 1)
+	}
+	waitBound(g, ns.Name, 2)
+	waitInUse(g, ns.Name, map[string]int32{"routed": 1, "subnet": 1})
+
+	before, err := apicount.Read(ctx, env.Config)
+	g.Expect(err).NotTo(HaveOccurred())
+	simBefore := env.Sim.Stats()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for name := range pools {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			createClaims(g, ns.Name, name, name, claimsPerPool)
+		}()
+	}
+	wg.Wait()
+	total := 2 + 2*claimsPerPool
+	waitBound(g, ns.Name, total)
+	waitInUse(g, ns.Name, map[string]int32{"routed": 1 + claimsPerPool, "subnet": 1 + claimsPerPool})
+	burst := time.Since(start)
+	after, err := apicount.Read(ctx, env.Config)
+	g.Expect(err).NotTo(HaveOccurred())
+	simAfter := env.Sim.Stats()
+
+	n := float64(2 * claimsPerPool)
+	all := after.Since(before)
+	writes := providerWrites(all)
+	poolPatches := writes.Get("PATCH", "vitistackippools/status")
+	claimWrites := writes.Total() - poolPatches
+	t.Logf("%d claims bound in %s: %.2f writes a claim, %g pool status patches; all writes:\n%s",
+		int(n), burst.Round(time.Millisecond), claimWrites/n, poolPatches, writes)
+	budget := apicount.Counts{
+		{Verb: "PATCH", Resource: "ipaddressclaims"}:        2 * n, // finalizer, pending record
+		{Verb: "POST", Resource: "ipaddresses"}:             n,
+		{Verb: "PATCH", Resource: "ipaddressclaims/status"}: n, // addressRef and Ready together
+		// Coalesced: about one reconcile a second per pool, a status and a conditions
+		// patch each (the subnet pool's Exhausted message counts addresses).
+		{Verb: "PATCH", Resource: "vitistackippools/status"}: 2 * 2 * (burst.Seconds() + 3),
+	}
+	for k, v := range writes {
+		g.Expect(v).To(BeNumerically("<=", budget[k]), "%s: %g writes for %d claims, budget %g", k, v, int(n), budget[k])
+	}
+	g.Expect(claimWrites).To(BeNumerically("<=", 4*n), "writes per claim over budget:\n%s", writes)
+	// One uncached read of the owning Secret per allocation, no more.
+	g.Expect(all.Get("GET", "secrets")).To(BeNumerically("<=", n), "uncached Secret reads")
+	g.Expect(simAfter.Total(sim.RouteRegister)-simBefore.Total(sim.RouteRegister)).To(Equal(int(n)), "IPAM-API registrations")
+
+	// Nothing changes: a restarted provider reconciles every claim and writes nothing.
+	reconciled := reconciles("ipaddressclaim")
+	g.Expect(env.StopManager()).To(Succeed())
+	before, err = apicount.Read(ctx, env.Config)
+	g.Expect(err).NotTo(HaveOccurred())
+	simBefore = env.Sim.Stats()
+	g.Expect(env.StartManager(ctx, opts)).To(Succeed())
+	g.Eventually(func() float64 { return reconciles("ipaddressclaim") - reconciled }).
+		WithTimeout(time.Minute).Should(BeNumerically(">=", total), "every claim reconciled after the restart")
+	after, err = apicount.Read(ctx, env.Config)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(providerWrites(after.Since(before))).To(BeEmpty(), "writes for bound claims that did not change")
+	g.Expect(env.Sim.Stats().Total(sim.RouteRegister)-simBefore.Total(sim.RouteRegister)).To(BeZero(), "IPAM-API registrations for bound claims")
+}
+
+// providerWrites are the writes in c that are not the test's own (creating claims,
+// pools, namespaces) nor the API server's (its leases).
+func providerWrites(c apicount.Counts) apicount.Counts {
+	return c.WritesOnly().Only(func(k apicount.Key) bool {
+		switch {
+		case k.Verb == "POST" && (k.Resource == "ipaddressclaims" || k.Resource == "namespaces" || k.Resource == "vitistackippools"):
+			return false
+		case k.Resource == "leases":
+			return false
+		}
+		return true
+	})
+}
+
+func createClaims(g Gomega, ns, pool, prefix string, n int) {
+	for i := range n {
+		c := &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: prefix + "-" + strconv.Itoa(i)},
+			Spec: ipamv1.IPAddressClaimSpec{PoolRef: ipamv1.IPPoolReference{APIGroup: ipamv1alpha1.GroupVersion.Group,
+				Kind: ipamv1alpha1.VitistackIPPoolKind, Name: pool}}}
+		g.Expect(env.Client.Create(ctx, c)).To(Succeed())
+	}
+}
+
+// waitBound waits until n claims of the namespace have an address and are Ready.
+func waitBound(g Gomega, ns string, n int) {
+	g.Eventually(func(g Gomega) {
+		list := &ipamv1.IPAddressClaimList{}
+		g.Expect(env.Client.List(ctx, list, client.InNamespace(ns))).To(Succeed())
+		bound := 0
+		for i := range list.Items {
+			c := &list.Items[i]
+			if c.Status.AddressRef.Name != "" && conditions.IsTrue(c, ipamv1.IPAddressClaimReadyCondition) {
+				bound++
+			}
+		}
+		g.Expect(bound).To(Equal(n))
+	}).WithTimeout(2 * time.Minute).WithPolling(200 * time.Millisecond).Should(Succeed())
+}
+
+// waitInUse waits until the pools' status counts the addresses: the last coalesced
+// status patch went out.
+func waitInUse(g Gomega, ns string, want map[string]int32) {
+	g.Eventually(func(g Gomega) {
+		for name, n := range want {
+			p := &ipamv1alpha1.VitistackIPPool{}
+			g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, p)).To(Succeed())
+			g.Expect(p.Status.AddressesInUse).NotTo(BeNil())
+			g.Expect(*p.Status.AddressesInUse).To(Equal(n), "pool %s", name)
+		}
+	}).WithTimeout(time.Minute).WithPolling(200 * time.Millisecond).Should(Succeed())
+}
+
+// reconciles is controller-runtime's count of finished reconciles of a controller in
+// this process (all results).
+func reconciles(controller string) float64 {
+	families, err := ctrlmetrics.Registry.Gather()
+	if err != nil {
+		return 0
+	}
+	var sum float64
+	for _, f := range families {
+		if f.GetName() != "controller_runtime_reconcile_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if label(m, "controller") == controller {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
+}
+
+func label(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}
