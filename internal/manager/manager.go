@@ -86,8 +86,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"Namespace of the default IPAM-API secret, created on first use. Empty: ipam-system (the IPAM-operator's) with --enable-service-controller, else "+ProviderNamespace+".")
 	fs.StringVar(&o.DefaultSecretName, "default-secret-name", "default",
 		"Name of the default IPAM-API secret (an Opaque Secret with key \"secret\").")
-	fs.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", 10,
-		"How many IPAddressClaims are reconciled in parallel. Different claims are different IPAM-API identities, which it allocates safely in parallel.")
+	fs.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", 64,
+		"How many IPAddressClaims are reconciled in parallel. Different claims are different IPAM-API identities, which it allocates safely in parallel; "+
+			"a worker waiting for the IPAM-API costs nothing, so this bounds claims/s to about workers / IPAM-API latency (64 workers: over 300 claims/s at 200 ms).")
 	fs.DurationVar(&o.PoolProbeInterval, "pool-probe-interval", 5*time.Minute,
 		"How often each pool's Ready condition is checked against the IPAM-API when nothing changes.")
 	fs.DurationVar(&o.SubnetRecheckInterval, "subnet-recheck-interval", time.Minute,

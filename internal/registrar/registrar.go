@@ -150,34 +150,3 @@ func APIFamily(f ipamv1alpha1.IPFamily) ipamapi.Family {
 	}
 	return ipamapi.FamilyIPv4
 }
-
-// WriteRecord saves a claim's record at once (not with ipamutil's patch at the end of
-// the reconcile), together with any other annotation changes in set (nil values
-// remove). It patches a copy, so that ipamutil's patch of claim does not conflict, and
-// then copies the annotations back.
-func (r *Registrar) WriteRecord(ctx context.Context, claim client.Object, reg *record.Registration, set map[string]*string) error {
-	c := claim.DeepCopyObject().(client.Object)
-	patch := client.MergeFrom(claim.DeepCopyObject().(client.Object))
-	if reg != nil {
-		reg.SetOn(c)
-	} else {
-		record.Remove(c)
-	}
-	ann := c.GetAnnotations()
-	if ann == nil {
-		ann = map[string]string{}
-	}
-	for k, v := range set {
-		if v == nil {
-			delete(ann, k)
-		} else {
-			ann[k] = *v
-		}
-	}
-	c.SetAnnotations(ann)
-	if err := r.Client.Patch(ctx, c, patch); err != nil {
-		return errors.Wrap(err, "recording the registration on the claim")
-	}
-	claim.SetAnnotations(c.GetAnnotations())
-	return nil
-}

@@ -158,7 +158,9 @@ func (c *HTTPClient) do(ctx context.Context, op, method, path string, req Reques
 
 	hres, err := c.http.Do(hreq)
 	if err != nil {
-		return nil, &Error{Op: op, Class: ClassTransient, Unknown: true, Message: transportMessage(err, c.timeout)}
+		// A connection that was never made carried nothing: the outcome is known (nothing
+		// happened). Any other transport error may have come after the server got it.
+		return nil, &Error{Op: op, Class: ClassTransient, Unknown: !neverConnected(err), Message: transportMessage(err, c.timeout)}
 	}
 	defer func() { _ = hres.Body.Close() }()
 	status = hres.StatusCode
@@ -240,4 +242,15 @@ func scrub(err error, req Request) error {
 		}
 	}
 	return e
+}
+
+// neverConnected reports whether err is a failure to connect (dial refused or
+// unreachable, or a name that does not resolve): no byte of the request left.
+func neverConnected(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true
+	}
+	var dns *net.DNSError
+	return errors.As(err, &dns)
 }

@@ -147,6 +147,14 @@ func TestErrorClasses(t *testing.T) {
 	g.Expect(errorsAs(err, &apiErr)).To(BeTrue())
 	g.Expect(apiErr.Unknown).To(BeTrue())
 	s.ClearFaults()
+
+	// Nothing listens: the request never left, so the next one may go at once.
+	closed, err := ipamapi.NewClient("http://127.0.0.1:1", ipamapi.Options{Timeout: time.Second})
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = closed.Register(ctx, req("nobody", "inet", ipamapi.FamilyIPv4, ""))
+	expectClass(g, err, ipamapi.ClassTransient, "IPAM-API register failed")
+	g.Expect(errorsAs(err, &apiErr)).To(BeTrue())
+	g.Expect(apiErr.Unknown).To(BeFalse(), "a refused connection sent nothing: its outcome is known")
 }
 
 func errorsAs(err error, target **ipamapi.Error) bool {

@@ -111,6 +111,9 @@ func (a *Adapter) SetupWithManager(_ context.Context, b *ctrl.Builder) error {
 		// Wake timers, and the claims waiting for room that the pool controller wakes
 		// when addresses of their zone go.
 		WatchesRawSource(source.Channel(a.Wake, &handler.EnqueueRequestForObject{})).
+		// Which addresses the subnet-mode pools use, for picking candidates.
+		Watches(&ipamv1.IPAddress{}, a.subnets.occupancy()).
+		Watches(&ipamv1.IPAddressClaim{}, a.subnets.occupancy()).
 		// An address that comes or goes changes who shares it: the sharers' status follows.
 		Watches(&ipamv1.IPAddress{}, handler.EnqueueRequestsFromMapFunc(a.sharers), builder.WithPredicates(addressCameOrWent)).
 		Watches(&ipamv1alpha1.VitistackIPPool{}, handler.EnqueueRequestsFromMapFunc(a.claimsOfPool(ipamv1alpha1.VitistackIPPoolKind)),
@@ -120,9 +123,13 @@ func (a *Adapter) SetupWithManager(_ context.Context, b *ctrl.Builder) error {
 	return nil
 }
 
+// Observe tells the adapter what an IPAddress or claim names now (gone: it is
+// deleted), as the cache's events do in a manager; tests without one call it.
+func (a *Adapter) Observe(o client.Object, gone bool) { a.subnets.observe(o, gone) }
+
 // ClaimHandlerFor implements ipamutil.ProviderAdapter.
 func (a *Adapter) ClaimHandlerFor(_ client.Client, claim *ipamv1.IPAddressClaim) ipamutil.ClaimHandler {
-	return &Handler{Adapter: a, claim: claim}
+	return &Handler{Adapter: a, claim: claim, written: claim.DeepCopy()}
 }
 
 // wakeAt re-queues the claim at t, besides the back-off of the error it returns now.

@@ -30,6 +30,9 @@ func (h *Handler) bound(ctx context.Context, address *ipamv1.IPAddress) outcome 
 	if err != nil {
 		return failed(ipamv1.IPAddressClaimReadyAllocationFailedReason, err.Error()).final()
 	}
+	// Counted as used before the claim's pick is forgotten (the cache's event may come
+	// later), so no other claim picks the address meanwhile.
+	h.subnets.observe(address, false)
 	h.forget()
 	done := allocated(address.Spec.Address)
 	if rec == nil {

@@ -45,13 +45,32 @@ func (h *Handler) forget() {
 	h.refusals.forget(h.claim.UID)
 }
 
-// writeRecord saves the claim's record at once (see registrar.WriteRecord).
+// writeRecord saves the claim's record (nil: removes it) and the annotations in set
+// (nil values: removed) at once, in one patch with whatever else of the claim's
+// metadata is not written yet: on a claim's first reconcile its finalizer goes out with
+// its pending record. On failure the claim's annotations stay as they were.
 func (h *Handler) writeRecord(ctx context.Context, reg *record.Registration, set map[string]*string) error {
-	if err := h.WriteRecord(ctx, h.claim, reg, set); err != nil {
-		return err
+	before := maps.Clone(h.claim.Annotations)
+	if reg != nil {
+		reg.SetOn(h.claim)
+	} else {
+		record.Remove(h.claim)
 	}
-	if h.written != nil {
-		h.written.Annotations = maps.Clone(h.claim.Annotations)
+	ann := h.claim.Annotations
+	if ann == nil {
+		ann = map[string]string{}
+	}
+	for k, v := range set {
+		if v == nil {
+			delete(ann, k)
+		} else {
+			ann[k] = *v
+		}
+	}
+	h.claim.Annotations = ann
+	if _, err := h.patchMetadata(ctx); err != nil {
+		h.claim.Annotations = before
+		return errors.Wrap(err, "recording the registration on the claim")
 	}
 	return nil
 }

@@ -74,8 +74,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 			reterr = kerrors.NewAggregate([]error{reterr, err})
 		}
 	}()
-	if controllerutil.AddFinalizer(claim, ipamutil.ReleaseAddressFinalizer) {
-		return ctrl.Result{}, nil
+	// The finalizer goes out with the claim's first write (its pending record, before
+	// anything is sent), not in a reconcile and a write of its own as in ipamutil.
+	if !controllerutil.ContainsFinalizer(claim, ipamutil.ReleaseAddressFinalizer) {
+		if !claim.DeletionTimestamp.IsZero() {
+			return ctrl.Result{}, nil // never registered anything: nothing to release
+		}
+		controllerutil.AddFinalizer(claim, ipamutil.ReleaseAddressFinalizer)
 	}
 
 	pool, res, err := h.FetchPool(ctx)
@@ -161,7 +166,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, claim *ipamv1.IPAddres
 }
 
 func (r *Reconciler) waitForCache(ctx context.Context, key types.NamespacedName) error {
-	err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 5*time.Second, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, time.Millisecond, 5*time.Second, true, func(ctx context.Context) (bool, error) {
 		if err := r.Client.Get(ctx, key, &ipamv1.IPAddress{}); err != nil {
 			return false, client.IgnoreNotFound(err)
 		}
@@ -226,25 +231,47 @@ func clusterUnpaused() predicate.Funcs {
 // written: its metadata in one patch, its status (addressRef, conditions) in another.
 func (h *Handler) patchClaim(ctx context.Context) error {
 	var errs []error
-	rv := ""
-	if meta, written := withoutStatus(h.claim), withoutStatus(h.written); !apiequality.Semantic.DeepEqual(meta, written) {
-		// A claim whose last finalizer went is gone: NotFound is its end.
-		if err := h.Client.Patch(ctx, meta, client.MergeFrom(written)); err != nil && (!apierrors.IsNotFound(err) || len(meta.Finalizers) > 0) {
-			errs = append(errs, errors.Wrap(err, "patching the claim"))
-		}
-		rv = meta.ResourceVersion
+	rv, err := h.patchMetadata(ctx)
+	if err != nil {
+		errs = append(errs, errors.Wrap(err, "patching the claim"))
 	}
 	if !apiequality.Semantic.DeepEqual(h.claim.Status, h.written.Status) {
 		st := statusOnly(h.claim)
 		if err := h.Client.Status().Patch(ctx, st, client.MergeFrom(statusOnly(h.written))); err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, errors.Wrap(err, "patching the claim's status"))
+		} else {
+			h.written.Status = *h.claim.Status.DeepCopy()
+			rv = st.ResourceVersion
 		}
-		rv = st.ResourceVersion
 	}
 	if len(errs) == 0 && rv != "" {
 		h.waitForCache(ctx, rv)
 	}
 	return kerrors.NewAggregate(errs)
+}
+
+// patchMetadata writes the claim's metadata (finalizers, annotations, labels) where it
+// differs from what was written; rv is the claim's new resourceVersion ("" when
+// nothing was written).
+func (h *Handler) patchMetadata(ctx context.Context) (rv string, err error) {
+	meta, written := withoutStatus(h.claim), withoutStatus(h.written)
+	if apiequality.Semantic.DeepEqual(meta.ObjectMeta, written.ObjectMeta) && apiequality.Semantic.DeepEqual(meta.Spec, written.Spec) {
+		return "", nil
+	}
+	err = h.Client.Patch(ctx, meta, client.MergeFrom(written))
+	if apierrors.IsNotFound(err) && len(meta.Finalizers) == 0 {
+		return "", nil // a claim whose last finalizer went is gone
+	}
+	if err != nil {
+		return "", err
+	}
+	// What the API server answered is what it has: the claim takes its resourceVersion
+	// and the other fields the server sets.
+	h.claim.ObjectMeta = *meta.ObjectMeta.DeepCopy()
+	status := h.written.Status
+	h.written = meta
+	h.written.Status = status
+	return meta.ResourceVersion, nil
 }
 
 // waitForCache waits (briefly) until the cache holds the claim at resourceVersion rv
@@ -255,7 +282,7 @@ func (h *Handler) waitForCache(ctx context.Context, rv string) {
 	if err != nil {
 		return
 	}
-	_ = wait.PollUntilContextTimeout(ctx, 2*time.Millisecond, 5*time.Second, true, func(ctx context.Context) (bool, error) {
+	_ = wait.PollUntilContextTimeout(ctx, time.Millisecond, 5*time.Second, true, func(ctx context.Context) (bool, error) {
 		c := &ipamv1.IPAddressClaim{}
 		if err := h.Client.Get(ctx, client.ObjectKeyFromObject(h.claim), c); err != nil {
 			return apierrors.IsNotFound(err), nil

@@ -3,15 +3,17 @@ package claim
 import (
 	"context"
 	"fmt"
-	"maps"
 	"net/netip"
 	"sync"
 	"time"
 
-	"github.com/pkg/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/index"
@@ -26,12 +28,95 @@ const candidatesPerReconcile = 16
 
 // subnetState is what this process knows about subnet-mode pools beyond the cluster:
 // candidates being registered, and addresses found held by someone else (skipped for
-// the recheck interval, then forgotten).
+// the recheck interval, then forgotten); and, kept from the cache's events, which
+// addresses each pool's IPAddresses and claim records name, so a pick never lists the
+// pool.
 type subnetState struct {
 	recheck time.Duration
 	mu      sync.Mutex
 	picked  map[string]map[netip.Addr]types.UID // zone key -> candidate -> claim
 	takenAt map[string]map[netip.Addr]time.Time // zone key -> address -> when found taken
+	// used counts, per pool (poolKey), the objects that name each address; named is
+	// what each object (IPAddress or claim, by UID) names.
+	used  map[string]map[netip.Addr]int
+	named map[types.UID]occupant
+}
+
+// occupant is the address an IPAddress or a claim's record names in a pool.
+type occupant struct {
+	pool string
+	addr netip.Addr
+}
+
+// poolKey names a pool of a claim or an IPAddress in namespace ns.
+func poolKey(ref ipamv1.IPPoolReference, ns string) string {
+	if ref.Kind == ipamv1alpha1.GlobalVitistackIPPoolKind {
+		ns = ""
+	}
+	return ns + "/" + index.PoolRefValue(ref.Kind, ref.Name)
+}
+
+// occupantOf is the address a claim's record or an IPAddress names in its pool.
+func occupantOf(o client.Object) (occupant, bool) {
+	switch x := o.(type) {
+	case *ipamv1.IPAddress:
+		a, err := netip.ParseAddr(x.Spec.Address)
+		if err != nil || x.Spec.PoolRef.APIGroup != ipamv1alpha1.GroupVersion.Group {
+			return occupant{}, false
+		}
+		return occupant{pool: poolKey(x.Spec.PoolRef, x.Namespace), addr: a}, true
+	case *ipamv1.IPAddressClaim:
+		rec, err := record.OnClaim(x.Annotations)
+		if err != nil || rec == nil || rec.Address == "" || x.Spec.PoolRef.APIGroup != ipamv1alpha1.GroupVersion.Group {
+			return occupant{}, false
+		}
+		a, err := ipamapi.ParseHost(rec.Address)
+		if err != nil {
+			return occupant{}, false
+		}
+		return occupant{pool: poolKey(x.Spec.PoolRef, x.Namespace), addr: a}, true
+	}
+	return occupant{}, false
+}
+
+// observe records what an object names now (gone: nothing any more).
+func (s *subnetState) observe(o client.Object, gone bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	uid := o.GetUID()
+	if old, ok := s.named[uid]; ok {
+		if s.used[old.pool][old.addr]--; s.used[old.pool][old.addr] <= 0 {
+			delete(s.used[old.pool], old.addr)
+		}
+		delete(s.named, uid)
+	}
+	occ, ok := occupantOf(o)
+	if gone || !ok {
+		return
+	}
+	if s.named == nil {
+		s.named, s.used = map[types.UID]occupant{}, map[string]map[netip.Addr]int{}
+	}
+	if s.used[occ.pool] == nil {
+		s.used[occ.pool] = map[netip.Addr]int{}
+	}
+	s.used[occ.pool][occ.addr]++
+	s.named[uid] = occ
+}
+
+// occupancy keeps subnetState's view of the pools from the cache's events: O(1) each.
+func (s *subnetState) occupancy() handler.TypedEventHandler[client.Object, reconcile.Request] {
+	return handler.Funcs{
+		CreateFunc: func(_ context.Context, e event.CreateEvent, _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			s.observe(e.Object, false)
+		},
+		UpdateFunc: func(_ context.Context, e event.UpdateEvent, _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			s.observe(e.ObjectNew, false)
+		},
+		DeleteFunc: func(_ context.Context, e event.DeleteEvent, _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			s.observe(e.Object, true)
+		},
+	}
 }
 
 // forget drops a claim's picks.
@@ -67,13 +152,14 @@ func (s *subnetState) markTaken(key string, a netip.Addr) {
 	s.takenAt[key][a] = time.Now()
 }
 
-// next picks, atomically, the lowest usable address that is not used, not picked by
-// another claim and not found taken lately.
-func (s *subnetState) next(plan *subnet.Plan, key string, uid types.UID, used map[netip.Addr]bool) (netip.Addr, bool) {
+// next picks, atomically, the lowest usable address of the pool that no object names,
+// that is not skipped, not picked by another claim and not found taken lately.
+func (s *subnetState) next(plan *subnet.Plan, key, pool string, uid types.UID, skip map[netip.Addr]bool) (netip.Addr, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	used := s.used[pool]
 	cand, ok := plan.Next(func(a netip.Addr) bool {
-		if used[a] {
+		if used[a] > 0 || skip[a] {
 			return true
 		}
 		if u, ok := s.picked[key][a]; ok && u != uid {
@@ -133,10 +219,7 @@ func (h *Handler) allocateInSubnet(ctx context.Context, address *ipamv1.IPAddres
 	skip := map[netip.Addr]bool{} // reserved by another claim of this process just now
 	for range candidatesPerReconcile {
 		if reg.Address == "" {
-			cand, ok, err := h.pickCandidate(ctx, plan, key, skip)
-			if err != nil {
-				return transient(err)
-			}
+			cand, ok := h.pickCandidate(plan, key, skip)
 			if !ok {
 				if err := h.setRecordIfAny(ctx, reg); err != nil {
 					return transient(err)
@@ -220,40 +303,10 @@ func (h *Handler) decline(ctx context.Context, api ipamapi.Client, sec *registra
 }
 
 // pickCandidate returns the lowest usable address of the subnet that no IPAddress of
-// the pool has, no other claim of the pool has recorded, and that is not known to be
-// held elsewhere.
-func (h *Handler) pickCandidate(ctx context.Context, plan *subnet.Plan, key string, skip map[netip.Addr]bool) (netip.Addr, bool, error) {
-	kind := h.claim.Spec.PoolRef.Kind
-	opts := func(field string) []client.ListOption {
-		o := []client.ListOption{client.MatchingFields{field: index.PoolRefValue(kind, h.pool.GetName())}}
-		if h.pool.GetNamespace() != "" {
-			o = append(o, client.InNamespace(h.pool.GetNamespace()))
-		}
-		return o
-	}
-	used := maps.Clone(skip)
-	addrs := &ipamv1.IPAddressList{}
-	if err := h.Client.List(ctx, addrs, opts(index.AddressPoolRef)...); err != nil {
-		return netip.Addr{}, false, errors.Wrap(err, "listing the pool's IPAddresses")
-	}
-	for _, a := range addrs.Items {
-		if ip, err := netip.ParseAddr(a.Spec.Address); err == nil {
-			used[ip] = true
-		}
-	}
-	claims := &ipamv1.IPAddressClaimList{}
-	if err := h.Client.List(ctx, claims, opts(index.ClaimPoolRef)...); err != nil {
-		return netip.Addr{}, false, errors.Wrap(err, "listing the pool's claims")
-	}
-	for _, c := range claims.Items {
-		if rec, _ := record.OnClaim(c.Annotations); c.UID != h.claim.UID && rec != nil && rec.Address != "" {
-			if ip, err := ipamapi.ParseHost(rec.Address); err == nil {
-				used[ip] = true
-			}
-		}
-	}
-	cand, ok := h.subnets.next(plan, key, h.claim.UID, used)
-	return cand, ok, nil
+// the pool has, no claim of the pool has recorded, and that is not known to be held
+// elsewhere: from the cache's events, never a List of the pool.
+func (h *Handler) pickCandidate(plan *subnet.Plan, key string, skip map[netip.Addr]bool) (netip.Addr, bool) {
+	return h.subnets.next(plan, key, poolKey(h.claim.Spec.PoolRef, h.claim.Namespace), h.claim.UID, skip)
 }
 
 // setRecordIfAny saves the claim's record as it is now, or removes it when it names

@@ -44,6 +44,7 @@ type world struct {
 	api    *sim.Server
 
 	claims    *claim.Reconciler
+	seen      map[types.UID]client.Object // what the adapter was told exists (its cache's events)
 	events    *events.FakeRecorder
 	protector *secret.Protector
 	cfg       registrar.Config
@@ -128,6 +129,8 @@ func (w *world) start() {
 	reg := registrar.New(w.c, w.c, &registrar.CachingClientFactory{Timeout: w.cfg.RequestTimeout}, w.cfg)
 	w.events = events.NewFakeRecorder(10000)
 	w.claims = &claim.Reconciler{Client: w.c, Adapter: &claim.Adapter{Registrar: reg, Recorder: w.events}}
+	w.seen = nil
+	w.observe()
 	w.protector = &secret.Protector{Client: w.c, Reader: w.c, Protected: &reg.Secrets.Protected}
 	w.dead = false
 }
@@ -151,6 +154,7 @@ func (w *world) write(obj client.Object, do func() error) error {
 			return errDied
 		}
 	}
+	defer w.observe()
 	return do()
 }
 
@@ -159,6 +163,35 @@ func (w *world) create(obj client.Object) {
 	if err := w.direct.Create(w.ctx, obj); err != nil {
 		w.t.Fatalf("creating %T %s: %v", obj, obj.GetName(), err)
 	}
+	w.observe()
+}
+
+// observe tells the claim adapter what exists, as a manager's cache events would.
+func (w *world) observe() {
+	if w.claims == nil {
+		return
+	}
+	now := map[types.UID]client.Object{}
+	addrs := &ipamv1.IPAddressList{}
+	claims := &ipamv1.IPAddressClaimList{}
+	if w.direct.List(w.ctx, addrs) != nil || w.direct.List(w.ctx, claims) != nil {
+		return
+	}
+	for i := range addrs.Items {
+		now[addrs.Items[i].UID] = &addrs.Items[i]
+	}
+	for i := range claims.Items {
+		now[claims.Items[i].UID] = &claims.Items[i]
+	}
+	for uid, o := range w.seen {
+		if _, ok := now[uid]; !ok {
+			w.claims.Adapter.Observe(o, true)
+		}
+	}
+	for _, o := range now {
+		w.claims.Adapter.Observe(o, false)
+	}
+	w.seen = now
 }
 
 // settle reconciles every claim and Secret until nothing changes: what a running

@@ -32,6 +32,9 @@ type options struct {
 	timeout        time.Duration
 	out            string
 	keep           bool
+	// managerArgs are extra flags of this provider's manager (for example
+	// --max-concurrent-reconciles=32), space-separated.
+	managerArgs []string
 
 	// What the runs start and install.
 	assets, manager, sim, inCluster string
@@ -71,6 +74,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.IntVar(&o.workers, "workers", 32, "goroutines that create and delete claims")
 	fs.DurationVar(&o.timeout, "timeout", 15*time.Minute, "limit of each phase (all bound, all deleted)")
 	fs.StringVar(&o.out, "out", "out/bench/compare.md", "Markdown report file (also printed)")
+	managerArgs := fs.String("manager-args", "", "extra flags of this provider's manager, space-separated (for example --max-concurrent-reconciles=32)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the runs' directories (logs) instead of removing them")
 	fs.StringVar(&o.assets, "assets", envOr("KUBEBUILDER_ASSETS", "bin/k8s/v1.33.4"), "directory with kube-apiserver, etcd and kube-controller-manager")
 	fs.StringVar(&o.manager, "manager", envOr("E2E_MANAGER", "bin/manager"), "this provider's manager binary")
@@ -82,6 +86,7 @@ func parseFlags(args []string) (*options, error) {
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
+	o.managerArgs = strings.Fields(*managerArgs)
 	var err error
 	if o.ns, err = parseList(*ns, strconv.Atoi); err != nil {
 		return nil, errors.Wrap(err, "--n")

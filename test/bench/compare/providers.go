@@ -109,6 +109,7 @@ func startProvider(ctx context.Context, o *options, cp *localcluster.ControlPlan
 		p.poolRef = ipamv1.IPPoolReference{APIGroup: ipamv1alpha1.GroupVersion.Group, Kind: "VitistackIPPool", Name: poolName}
 		args := append([]string{"--ipam-api-url=" + p.sim.URL, "--enable-webhooks=false",
 			"--default-secret-namespace=" + secretNamespace, "--health-addr=" + localcluster.HostPort(health)}, diagnostics...)
+		args = append(args, o.managerArgs...)
 		if p.proc, err = localcluster.StartProcess(cp.Dir, "manager", env, o.manager, args...); err != nil {
 			return p, err
 		}
