@@ -132,6 +132,21 @@ func (f *InFlight) SawAnswer(uid types.UID, attempt time.Time) {
 	}
 }
 
+// MayResendUnder reports whether a request sent now may go under the claim's recorded
+// attempt time instead of a new one (saving the write of a new one): this process saw
+// the outcome of that attempt, and a request sent now ends (within timeout) before the
+// attempt's quarantine does, so a process that finds the record after a crash still
+// waits long enough.
+func (f *InFlight) MayResendUnder(uid types.UID, attempt time.Time, timeout time.Duration) bool {
+	if attempt.IsZero() || timeout <= 0 {
+		return false
+	}
+	f.mu.Lock()
+	seen, ok := f.answered[uid]
+	f.mu.Unlock()
+	return ok && seen.Equal(attempt) && time.Since(attempt)+timeout < f.Quarantine
+}
+
 // MayStillBeInFlight reports until when an earlier attempt of the claim, whose outcome
 // this process has not seen (it timed out, or another process or an earlier run of this
 // one sent it), may still be carried out by the IPAM-API.

@@ -3,6 +3,7 @@ package writebudget
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"strconv"
 	"sync"
@@ -127,6 +128,37 @@ func TestWriteBudget(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(providerWrites(after.Since(before))).To(BeEmpty(), "writes for bound claims that did not change")
 	g.Expect(env.Sim.Stats().Total(sim.RouteRegister)-simBefore.Total(sim.RouteRegister)).To(BeZero(), "IPAM-API registrations for bound claims")
+}
+
+// TestRetriesWriteNoRecord: claims whose first registration is answered with a 503
+// are retried under the pending record they already wrote (the answer is known, and
+// the retry ends well inside the record's in-flight window): one claim patch each, the
+// failure and the recovery in the status, an event for each.
+func TestRetriesWriteNoRecord(t *testing.T) {
+	g := NewWithT(t)
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "retry-"}}
+	g.Expect(env.Client.Create(ctx, ns)).To(Succeed())
+	g.Expect(env.Client.Create(ctx, &ipamv1alpha1.VitistackIPPool{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "routed"},
+		Spec: ipamv1alpha1.VitistackIPPoolSpec{Zone: "hnet-private", IPFamily: ipamv1alpha1.IPv4}})).To(Succeed())
+	createClaims(g, ns.Name, "routed", "warm", 1)
+	waitBound(g, ns.Name, 1)
+
+	const n = 20
+	t.Cleanup(env.Sim.ClearFaults)
+	env.Sim.SetFaultRoutes(sim.RouteRegister)
+	g.Expect(env.Sim.FailNext(n, http.StatusServiceUnavailable, `{"message":"busy"}`)).To(Succeed())
+	before, err := apicount.Read(ctx, env.Config)
+	g.Expect(err).NotTo(HaveOccurred())
+	simBefore := env.Sim.Stats()
+	createClaims(g, ns.Name, "routed", "retried", n)
+	waitBound(g, ns.Name, 1+n)
+	after, err := apicount.Read(ctx, env.Config)
+	g.Expect(err).NotTo(HaveOccurred())
+	writes := providerWrites(after.Since(before))
+	t.Logf("%d claims, %d registrations answered 503 first: writes\n%s", n, n, writes)
+	g.Expect(env.Sim.Stats().Total(sim.RouteRegister)-simBefore.Total(sim.RouteRegister)).To(Equal(2*n), "each claim sent twice")
+	g.Expect(writes.Get("PATCH", "ipaddressclaims")).To(BeNumerically("<=", n), "a retry rewrote the pending record")
+	g.Expect(writes.Get("POST", "ipaddresses")).To(BeNumerically("==", n))
 }
 
 // providerWrites are the writes in c that are not the test's own (creating claims,

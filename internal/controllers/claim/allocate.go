@@ -10,6 +10,9 @@ import (
 	"k8s.io/utils/ptr"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	"sigs.k8s.io/cluster-api-ipam-provider-in-cluster/pkg/ipamutil"
 
 	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/record"
@@ -139,10 +142,12 @@ func (h *Handler) send(ctx context.Context, api ipamapi.Client, sec *registrar.S
 // the Secret it names is protected: the Secret controller protects it once it sees the
 // record, and only then is anything sent under it.
 func (h *Handler) writePending(ctx context.Context, reg *record.Registration, sec *registrar.Secret) *outcome {
-	reg.Attempt = time.Now().UTC()
-	if err := h.writeRecord(ctx, reg, map[string]*string{ipamv1alpha1.RefusedInputsAnnotation: nil}); err != nil {
-		o := transient(err)
-		return &o
+	if !h.pendingWritten(reg) {
+		reg.Attempt = time.Now().UTC()
+		if err := h.writeRecord(ctx, reg, map[string]*string{ipamv1alpha1.RefusedInputsAnnotation: nil}); err != nil {
+			o := transient(err)
+			return &o
+		}
 	}
 	if !sec.Ready() {
 		h.InFlight.SawAnswer(h.claim.UID, reg.Attempt) // nothing was sent
@@ -152,6 +157,20 @@ func (h *Handler) writePending(ctx context.Context, reg *record.Registration, se
 		return &o
 	}
 	return nil
+}
+
+// pendingWritten reports whether the claim already has this very pending record, with
+// its finalizer, under an attempt time that may be sent under again (a retry soon after
+// a request that was never sent or was answered): then nothing is written.
+func (h *Handler) pendingWritten(reg *record.Registration) bool {
+	if _, refused := h.written.Annotations[ipamv1alpha1.RefusedInputsAnnotation]; refused ||
+		!controllerutil.ContainsFinalizer(h.written, ipamutil.ReleaseAddressFinalizer) ||
+		!h.InFlight.MayResendUnder(h.claim.UID, reg.Attempt, h.Config.RequestTimeout) {
+		return false
+	}
+	want := &ipamv1.IPAddressClaim{}
+	reg.SetOn(want)
+	return h.written.Annotations[ipamv1alpha1.RegistrationAnnotation] == want.Annotations[ipamv1alpha1.RegistrationAnnotation]
 }
 
 // registered completes the claim's record and the IPAddress from a successful answer:

@@ -44,6 +44,34 @@ type Protector struct {
 	// Protected is told what the protector has made sure of (the claims' Secret reads
 	// share it); nil: every record that names a Secret enqueues it.
 	Protected *registrar.Protected
+	// Wake takes the unbound claims that wait for a Secret the protector has just
+	// protected to the claim controller (nil: they retry with their back-off).
+	Wake chan<- event.GenericEvent
+}
+
+// wakeWaiting sends the unbound claims whose record names a Secret that has just been
+// protected to the claim controller: they wait for it before sending anything.
+func (p *Protector) wakeWaiting(ctx context.Context, secret types.NamespacedName) error {
+	if p.Wake == nil {
+		return nil
+	}
+	claims := &ipamv1.IPAddressClaimList{}
+	if err := p.Client.List(ctx, claims, client.MatchingFields{index.ClaimSecret: secret.String()}, client.UnsafeDisableDeepCopy); err != nil {
+		return errors.Wrap(err, "listing the claims that wait for the Secret")
+	}
+	for i := range claims.Items {
+		if claims.Items[i].Status.AddressRef.Name != "" {
+			continue
+		}
+		c := &ipamv1.IPAddressClaim{}
+		c.Namespace, c.Name = claims.Items[i].Namespace, claims.Items[i].Name
+		select {
+		case p.Wake <- event.GenericEvent{Object: c}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
 }
 
 // SetupWithManager registers the protector.
@@ -166,6 +194,11 @@ func (p *Protector) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 		}
 		if err != nil {
 			return res, client.IgnoreNotFound(errors.Wrapf(err, "protecting Secret %s", req.NamespacedName))
+		}
+	}
+	if !controllerutil.ContainsFinalizer(before, ipamv1alpha1.SecretInUseFinalizer) && controllerutil.ContainsFinalizer(sec, ipamv1alpha1.SecretInUseFinalizer) {
+		if err := p.wakeWaiting(ctx, req.NamespacedName); err != nil {
+			return res, err
 		}
 	}
 	if p.Protected != nil {
