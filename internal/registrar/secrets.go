@@ -6,6 +6,7 @@ import (
 	"math/big"
 	"strconv"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/pkg/errors"
@@ -89,6 +90,43 @@ type Secrets struct {
 	Default types.NamespacedName
 	// Protected is what the Secret protector last made sure of.
 	Protected Protected
+
+	recentMu sync.Mutex
+	recent   map[record.ObjectRef]recentRead
+}
+
+// recentRead is a read of a Secret that found it ready for registrations.
+type recentRead struct {
+	secret Secret
+	at     time.Time
+}
+
+// recentReadAge is how long a read that found a Secret ready serves the
+// registrations of other claims (GetForRegistration): a burst of claims under one
+// Secret reads it a few times a second, not once per claim.
+const recentReadAge = time.Second
+
+// GetForRegistration is Get for a new registration: a read of the same Secret key
+// that found it ready (protected, fingerprinted with its value, not being deleted) less
+// than a second ago is used again instead of another GET. Anything else is read.
+func (s *Secrets) GetForRegistration(ctx context.Context, ref record.ObjectRef) (*Secret, error) {
+	s.recentMu.Lock()
+	r, ok := s.recent[ref]
+	s.recentMu.Unlock()
+	if ok && time.Since(r.at) < recentReadAge {
+		sec := r.secret
+		return &sec, nil
+	}
+	sec, err := s.Get(ctx, ref, true)
+	if err == nil && sec.Ready() {
+		s.recentMu.Lock()
+		if s.recent == nil || len(s.recent) > 1024 {
+			s.recent = map[record.ObjectRef]recentRead{}
+		}
+		s.recent[ref] = recentRead{secret: *sec, at: time.Now()}
+		s.recentMu.Unlock()
+	}
+	return sec, err
 }
 
 // Protected is the set of Secret keys the Secret protector has protected and

@@ -76,6 +76,9 @@ type result struct {
 	logs string
 
 	claimsPerSec float64
+	// createsPerSec is N over the time from the first create to the last create's
+	// return: what the creators managed (claims/s cannot exceed it).
+	createsPerSec float64
 	p50, p99     time.Duration
 	// writes are the provider's writes during the burst (the harness's creates taken
 	// out), secretGETs its GETs of Secrets, ipamCalls its requests to the stand-in.
@@ -94,8 +97,8 @@ type result struct {
 }
 
 func (r *result) summary() string {
-	s := fmt.Sprintf("%.1f claims/s, p50 %s, p99 %s, %.2f writes/claim, %.2f IPAM-API calls/claim, peak RSS %.0f MiB, CPU %.1f s",
-		r.claimsPerSec, ms(r.p50), ms(r.p99), r.writes.Total()/float64(r.spec.n), float64(r.ipamCalls)/float64(r.spec.n),
+	s := fmt.Sprintf("%.1f claims/s (created at %.1f/s), p50 %s, p99 %s, %.2f writes/claim, %.2f IPAM-API calls/claim, peak RSS %.0f MiB, CPU %.1f s",
+		r.claimsPerSec, r.createsPerSec, ms(r.p50), ms(r.p99), r.writes.Total()/float64(r.spec.n), float64(r.ipamCalls)/float64(r.spec.n),
 		mib(r.peakRSS), r.cpu.Seconds())
 	if r.quietRun {
 		s += fmt.Sprintf(", quiet window: %g writes, %d IPAM-API calls", r.quietWrites.Total(), r.quietCalls)
@@ -182,15 +185,17 @@ func measure(ctx context.Context, o *options, cp *localcluster.ControlPlane, p *
 	if err != nil {
 		return err
 	}
-	var last time.Time
+	var last, lastCreate time.Time
 	latencies := make([]time.Duration, 0, n)
 	for i := range n {
+		lastCreate = later(lastCreate, c.created[claimName(i)])
 		bound, _ := t.boundAt(claimName(i))
 		last = later(last, bound)
 		// The watch may see the claim bound before its create returned: latency 0.
 		latencies = append(latencies, max(0, bound.Sub(c.created[claimName(i)])))
 	}
 	r.claimsPerSec = float64(n) / last.Sub(start).Seconds()
+	r.createsPerSec = float64(n) / lastCreate.Sub(start).Seconds()
 	r.p50, r.p99 = percentile(latencies, 50), percentile(latencies, 99)
 	burst := after.api.Since(before.api)
 	r.writes = providerWrites(burst)
