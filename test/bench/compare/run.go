@@ -79,7 +79,7 @@ type result struct {
 	// createsPerSec is N over the time from the first create to the last create's
 	// return: what the creators managed (claims/s cannot exceed it).
 	createsPerSec float64
-	p50, p99     time.Duration
+	p50, p99      time.Duration
 	// writes are the provider's writes during the burst (the harness's creates taken
 	// out), secretGETs its GETs of Secrets, ipamCalls its requests to the stand-in.
 	writes          apicount.Counts
