@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
@@ -40,6 +41,24 @@ type Registrar struct {
 
 	clusterIDMu   sync.Mutex
 	kubeSystemUID string
+}
+
+// WakeClaims sends the claims keep accepts (nil: all) to the claim controller through
+// wake, by key; it blocks while the channel is full, until ctx ends.
+func WakeClaims(ctx context.Context, wake chan<- event.GenericEvent, claims []ipamv1.IPAddressClaim, keep func(*ipamv1.IPAddressClaim) bool) error {
+	for i := range claims {
+		if keep != nil && !keep(&claims[i]) {
+			continue
+		}
+		c := &ipamv1.IPAddressClaim{}
+		c.Namespace, c.Name = claims[i].Namespace, claims[i].Name
+		select {
+		case wake <- event.GenericEvent{Object: c}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
 }
 
 // New builds a Registrar.

@@ -6,10 +6,10 @@ import (
 	"github.com/pkg/errors"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/index"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/registrar"
 )
 
 // wakeWaiting wakes the claims that found no room in the subnet-mode pools of a
@@ -51,14 +51,8 @@ func (r *Reconciler) wakeWaiting(ctx context.Context, pool ipamv1alpha1.Pool, in
 		if err := r.Client.List(ctx, claims, field, client.UnsafeDisableDeepCopy); err != nil {
 			return errors.Wrap(err, "listing the claims waiting for room")
 		}
-		for i := range claims.Items {
-			c := &ipamv1.IPAddressClaim{}
-			c.Namespace, c.Name = claims.Items[i].Namespace, claims.Items[i].Name
-			select {
-			case r.Wake <- event.GenericEvent{Object: c}:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
+		if err := registrar.WakeClaims(ctx, r.Wake, claims.Items, nil); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -59,19 +59,7 @@ func (p *Protector) wakeWaiting(ctx context.Context, secret types.NamespacedName
 	if err := p.Client.List(ctx, claims, client.MatchingFields{index.ClaimSecret: secret.String()}, client.UnsafeDisableDeepCopy); err != nil {
 		return errors.Wrap(err, "listing the claims that wait for the Secret")
 	}
-	for i := range claims.Items {
-		if claims.Items[i].Status.AddressRef.Name != "" {
-			continue
-		}
-		c := &ipamv1.IPAddressClaim{}
-		c.Namespace, c.Name = claims.Items[i].Namespace, claims.Items[i].Name
-		select {
-		case p.Wake <- event.GenericEvent{Object: c}:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	return nil
+	return registrar.WakeClaims(ctx, p.Wake, claims.Items, func(c *ipamv1.IPAddressClaim) bool { return c.Status.AddressRef.Name == "" })
 }
 
 // SetupWithManager registers the protector.
