@@ -2,6 +2,6 @@
 // the Secrets (read uncached, the default one created on first use), the IPAM-API
 // client of each endpoint, the in-flight set that keeps two requests for one IPAM-API
 // identity from ever being in flight at once, the pool's base registration, and the
-// writes of the registration record on a claim. One Registrar is built by the manager
+// channel that wakes claims from outside the claim controller. One Registrar is built by the manager
 // and injected into the claim, pool and Service controllers.
 package registrar

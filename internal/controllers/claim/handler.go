@@ -19,9 +19,10 @@ import (
 )
 
 // Handler allocates and releases the address of one IPAddressClaim through the
-// IPAM-API. It implements ipamutil.ClaimHandler; ipamutil calls FetchPool first, then
-// EnsureAddress on every reconcile of a live claim (inside CreateOrPatch of its
-// IPAddress) or ReleaseAddress on a deleted one, and patches the claim afterwards.
+// IPAM-API. It implements ipamutil.ClaimHandler; the Reconciler (ipamutil's loop)
+// calls FetchPool first, then EnsureAddress on every reconcile of a live claim (inside
+// CreateOrPatch of its IPAddress) or ReleaseAddress on a deleted one, and patches the
+// claim afterwards.
 type Handler struct {
 	*Adapter
 	claim *ipamv1.IPAddressClaim

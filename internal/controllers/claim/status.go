@@ -68,8 +68,8 @@ func (o outcome) note(typ, reason, action, message string) outcome {
 	return o
 }
 
-// report applies an outcome to the claim (ipamutil patches it at the end of the
-// reconcile) and returns the error for ipamutil.
+// report applies an outcome to the claim (the Reconciler patches it at the end of the
+// reconcile) and returns the error for the Reconciler.
 func (h *Handler) report(o outcome) error {
 	if o.ready != "" {
 		// One event per change of the condition, never one per retry or resync; none
