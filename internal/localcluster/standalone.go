@@ -11,6 +11,7 @@ import (
 	"github.com/pkg/errors"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // This file runs programs without clusterctl: CRDs applied from files and a binary
@@ -87,17 +88,12 @@ func (c *ControlPlane) InstallCRDs(ctx context.Context, dirs ...string) error {
 			}
 		}
 	}
-	deadline := time.Now().Add(time.Minute)
 	for _, name := range crds {
-		for !established(ctx, c, name) {
-			if time.Now().After(deadline) {
-				return errors.Errorf("CustomResourceDefinition %s is not Established after a minute", name)
-			}
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(50 * time.Millisecond):
-			}
+		err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			return established(ctx, c, name), nil
+		})
+		if err != nil {
+			return errors.Wrapf(err, "CustomResourceDefinition %s is not Established", name)
 		}
 	}
 	return c.restartControllerManager()

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -153,19 +154,11 @@ func waitPoolReady(ctx context.Context, cp *localcluster.ControlPlane, p *runnin
 		total, _, _ := unstructured.NestedInt64(pool.Object, "status", "ipAddresses", "total")
 		return total > 0
 	}
-	deadline := time.Now().Add(timeout)
-	for !ready() {
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
 		if exited, err := p.proc.Exited(); exited {
-			return errors.Errorf("%s exited (%v) before its pool was ready", p.proc.Name, err)
+			return false, errors.Errorf("%s exited (%v) before its pool was ready", p.proc.Name, err)
 		}
-		if time.Now().After(deadline) {
-			return errors.Errorf("the pool is not ready after %s", timeout)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-	return nil
+		return ready(), nil
+	})
+	return errors.Wrapf(err, "waiting for the pool to be ready")
 }
