@@ -37,8 +37,9 @@ import (
 // the loop lives here: ipamutil's Cluster API patch helper writes a claim's conditions
 // and its addressRef in two status patches, and re-sends annotations the handler has
 // already written. Here the claim's metadata and its status each go out in at most one
-// patch, holding only what changed since the last write: a claim is bound with four
-// writes (finalizer, pending record, IPAddress, status with addressRef and Ready).
+// patch, holding only what changed since the last write, and the finalizer goes out
+// with the pending record: a claim is bound with three writes (finalizer and pending
+// record, IPAddress, status with addressRef and Ready).
 type Reconciler struct {
 	Client           client.Client
 	WatchFilterValue string
@@ -128,8 +129,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if op == controllerutil.OperationResultCreated {
 		// As ipamutil does: the next allocation must see this address in the cache, or
 		// it could hand the same one out again.
-		if err := r.waitForCache(ctx, client.ObjectKeyFromObject(&address)); err != nil {
-			return ctrl.Result{}, err
+		if err := waitForCache(ctx, r.Client, &ipamv1.IPAddress{}, client.ObjectKeyFromObject(&address), address.ResourceVersion, false); err != nil {
+			return ctrl.Result{}, errors.Wrapf(err, "waiting for IPAddress %s to be visible in the cache after create", address.Name)
 		}
 		ctrl.LoggerFrom(ctx).V(2).Info("IPAddress created", "address", address.Spec.Address)
 	}
@@ -163,16 +164,6 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, claim *ipamv1.IPAddres
 	}
 	controllerutil.RemoveFinalizer(claim, ipamutil.ReleaseAddressFinalizer)
 	return ctrl.Result{}, nil
-}
-
-func (r *Reconciler) waitForCache(ctx context.Context, key types.NamespacedName) error {
-	err := wait.PollUntilContextTimeout(ctx, time.Millisecond, 5*time.Second, true, func(ctx context.Context) (bool, error) {
-		if err := r.Client.Get(ctx, key, &ipamv1.IPAddress{}); err != nil {
-			return false, client.IgnoreNotFound(err)
-		}
-		return true, nil
-	})
-	return errors.Wrapf(err, "waiting for IPAddress %s to be visible in the cache after create", key)
 }
 
 // clusterPaused reports whether the claim's Cluster (by spec.clusterName or the
@@ -245,7 +236,9 @@ func (h *Handler) patchClaim(ctx context.Context) error {
 		}
 	}
 	if len(errs) == 0 && rv != "" {
-		h.waitForCache(ctx, rv)
+		// The next reconcile must not act on the copy before these writes: it would
+		// write them again. A claim that is gone is done.
+		_ = waitForCache(ctx, h.Client, &ipamv1.IPAddressClaim{}, client.ObjectKeyFromObject(h.claim), rv, true)
 	}
 	return kerrors.NewAggregate(errs)
 }
@@ -274,20 +267,22 @@ func (h *Handler) patchMetadata(ctx context.Context) (rv string, err error) {
 	return meta.ResourceVersion, nil
 }
 
-// waitForCache waits (briefly) until the cache holds the claim at resourceVersion rv
-// or later, so the next reconcile never acts on the copy before this one's writes: it
-// would write them again.
-func (h *Handler) waitForCache(ctx context.Context, rv string) {
+// waitForCache waits (1 ms polls, at most 5 s) until the cache holds the object at key
+// at resourceVersion rv or later; with goneIsDone, an object no longer there counts
+// too. obj is an empty object of the kind.
+func waitForCache(ctx context.Context, c client.Reader, obj client.Object, key types.NamespacedName, rv string, goneIsDone bool) error {
 	want, err := strconv.ParseUint(rv, 10, 64)
 	if err != nil {
-		return
+		want = 0 // not a number: the object being there is enough
 	}
-	_ = wait.PollUntilContextTimeout(ctx, time.Millisecond, 5*time.Second, true, func(ctx context.Context) (bool, error) {
-		c := &ipamv1.IPAddressClaim{}
-		if err := h.Client.Get(ctx, client.ObjectKeyFromObject(h.claim), c); err != nil {
-			return apierrors.IsNotFound(err), nil
+	return wait.PollUntilContextTimeout(ctx, time.Millisecond, 5*time.Second, true, func(ctx context.Context) (bool, error) {
+		if err := c.Get(ctx, key, obj); err != nil {
+			if apierrors.IsNotFound(err) {
+				return goneIsDone, nil
+			}
+			return false, err
 		}
-		got, err := strconv.ParseUint(c.ResourceVersion, 10, 64)
+		got, err := strconv.ParseUint(obj.GetResourceVersion(), 10, 64)
 		return err != nil || got >= want, nil
 	})
 }
