@@ -176,8 +176,8 @@ test-go: test-assets e2e-assets ## All Go tests, without the generation and lint
 	go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) ./test/e2e/
 
 .PHONY: test-e2e
-test-e2e: test-assets e2e-assets ## Only the end-to-end tests (clusterctl, manager process, control planes).
-	go test -count=1 -timeout $(TEST_TIMEOUT) -v ./test/e2e/
+test-e2e: test-assets e2e-assets ## Only the end-to-end tests (clusterctl, manager process, control planes); RUN=regexp picks some.
+	go test -count=1 -timeout $(TEST_TIMEOUT) -v $(if $(RUN),-run '$(RUN)') ./test/e2e/
 
 .PHONY: test-assets
 test-assets: $(TEST_ASSETS) ## Build kube-apiserver, kube-controller-manager and etcd into bin/ (cached).

@@ -76,6 +76,9 @@ func (h *Handler) writeRecord(ctx context.Context, reg *record.Registration, set
 	return nil
 }
 
+// errPoolNotCached: the pool exists, but the manager's cache has not seen it yet.
+var errPoolNotCached = errors.New("the pool is not in the cache yet")
+
 // FetchPool implements ipamutil.ClaimHandler.
 func (h *Handler) FetchPool(ctx context.Context) (client.Object, *ctrl.Result, error) {
 	ref := h.claim.Spec.PoolRef
@@ -93,6 +96,11 @@ func (h *Handler) FetchPool(ctx context.Context) (client.Object, *ctrl.Result, e
 		if !h.claim.DeletionTimestamp.IsZero() {
 			// Release works from the records alone; ipamutil releases only after NotFound.
 			return nil, nil, apierrors.NewNotFound(ipamv1alpha1.GroupVersion.WithResource(strings.ToLower(ref.Kind)+"s").GroupResource(), ref.Name)
+		}
+		if apierrors.IsNotFound(err) && h.Reader != nil && h.Reader.Get(ctx, key, pool) == nil {
+			// The cache has not seen a pool created moments ago (one manifest with the
+			// pool and its claims): its watch event brings the claim back; no Warning.
+			return nil, nil, errPoolNotCached
 		}
 		if apierrors.IsNotFound(err) {
 			// ipamutil waits for a watch event without a condition: say why here.

@@ -85,6 +85,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	}
 
 	pool, res, err := h.FetchPool(ctx)
+	if errors.Is(err, errPoolNotCached) {
+		// Nothing is written (not even the finalizer) until the pool is seen; its watch
+		// event brings the claim back, the requeue is a fallback.
+		h.claim = h.written.DeepCopy()
+		return ctrl.Result{RequeueAfter: time.Second}, nil
+	}
 	if err != nil || res != nil {
 		if apierrors.IsNotFound(err) {
 			if !claim.DeletionTimestamp.IsZero() {

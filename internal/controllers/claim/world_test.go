@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/tools/events"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -86,6 +87,7 @@ func newWorld(t *testing.T) *world {
 	w.direct = b.Build()
 	w.c = interceptor.NewClient(w.direct.(client.WithWatch), interceptor.Funcs{
 		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			setUID(obj)
 			return w.write(obj, func() error { return c.Create(ctx, obj, opts...) })
 		},
 		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
@@ -158,8 +160,16 @@ func (w *world) write(obj client.Object, do func() error) error {
 	return do()
 }
 
+// setUID gives a new object a UID, as the API server does (the fake client does not).
+func setUID(obj client.Object) {
+	if obj.GetUID() == "" {
+		obj.SetUID(uuid.NewUUID())
+	}
+}
+
 func (w *world) create(obj client.Object) {
 	w.t.Helper()
+	setUID(obj)
 	if err := w.direct.Create(w.ctx, obj); err != nil {
 		w.t.Fatalf("creating %T %s: %v", obj, obj.GetName(), err)
 	}
