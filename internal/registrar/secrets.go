@@ -3,6 +3,7 @@ package registrar
 import (
 	"context"
 	"crypto/rand"
+	"fmt"
 	"math/big"
 	"strconv"
 	"sync"
@@ -10,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/pkg/errors"
+	"golang.org/x/sync/singleflight"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -93,6 +95,7 @@ type Secrets struct {
 
 	recentMu sync.Mutex
 	recent   map[record.ObjectRef]recentRead
+	reads    singleflight.Group
 }
 
 // recentRead is a read of a Secret that found it ready for registrations.
@@ -102,14 +105,17 @@ type recentRead struct {
 }
 
 // recentReadAge is how long a read that found a Secret ready serves the
-// registrations of other claims (GetForRegistration): a burst of claims under one
+// registrations and releases of other claims (GetRecent): a burst of claims under one
 // Secret reads it a few times a second, not once per claim.
 const recentReadAge = time.Second
 
-// GetForRegistration is Get for a new registration: a read of the same Secret key
-// that found it ready (protected, fingerprinted with its value, not being deleted) less
-// than a second ago is used again instead of another GET. Anything else is read.
-func (s *Secrets) GetForRegistration(ctx context.Context, ref record.ObjectRef) (*Secret, error) {
+// GetRecent is Get for registrations and releases: a read of the same Secret key that
+// found it ready (protected, fingerprinted with its value, not being deleted) less
+// than a second ago is used again instead of another GET, and claims that miss at the
+// same moment share one GET. Anything else is read. A value changed within that second
+// is seen a moment later: a registration until then goes under the value the
+// fingerprint names, and a release uses the value the address was registered under.
+func (s *Secrets) GetRecent(ctx context.Context, ref record.ObjectRef, createDefault bool) (*Secret, error) {
 	s.recentMu.Lock()
 	r, ok := s.recent[ref]
 	s.recentMu.Unlock()
@@ -117,16 +123,23 @@ func (s *Secrets) GetForRegistration(ctx context.Context, ref record.ObjectRef) 
 		sec := r.secret
 		return &sec, nil
 	}
-	sec, err := s.Get(ctx, ref, true)
-	if err == nil && sec.Ready() {
-		s.recentMu.Lock()
-		if s.recent == nil || len(s.recent) > 1024 {
-			s.recent = map[record.ObjectRef]recentRead{}
+	v, err, _ := s.reads.Do(fmt.Sprintf("%s/%s/%s/%t", ref.Namespace, ref.Name, ref.Key, createDefault), func() (any, error) {
+		sec, err := s.Get(ctx, ref, createDefault)
+		if err == nil && sec.Ready() {
+			s.recentMu.Lock()
+			if s.recent == nil || len(s.recent) > 1024 {
+				s.recent = map[record.ObjectRef]recentRead{}
+			}
+			s.recent[ref] = recentRead{secret: *sec, at: time.Now()}
+			s.recentMu.Unlock()
 		}
-		s.recent[ref] = recentRead{secret: *sec, at: time.Now()}
-		s.recentMu.Unlock()
+		return sec, err
+	})
+	if err != nil {
+		return nil, err
 	}
-	return sec, err
+	sec := *v.(*Secret) // a copy each: callers may change theirs
+	return &sec, nil
 }
 
 // Protected is the set of Secret keys the Secret protector has protected and

@@ -18,7 +18,7 @@ import (
 
 // A burst of registrations under one ready Secret reads it once a second, not once per
 // claim; a Secret that is not ready yet is read every time (its protection is awaited).
-func TestGetForRegistrationReusesAReadyRead(t *testing.T) {
+func TestGetRecentReusesAReadyRead(t *testing.T) {
 	ctx := context.Background()
 	value := []byte("a-secret-value-1")
 	ready := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "ready",
@@ -36,7 +36,7 @@ func TestGetForRegistrationReusesAReadyRead(t *testing.T) {
 	s := &registrar.Secrets{Reader: c, Writer: c, Default: types.NamespacedName{Namespace: "ns", Name: "default"}}
 	for range 5 {
 		for _, name := range []string{"ready", "waiting"} {
-			sec, err := s.GetForRegistration(ctx, record.ObjectRef{Namespace: "ns", Name: name, Key: "secret"})
+			sec, err := s.GetRecent(ctx, record.ObjectRef{Namespace: "ns", Name: name, Key: "secret"}, true)
 			if err != nil || string(sec.Value) != string(value) {
 				t.Fatalf("%s: %v", name, err)
 			}

@@ -128,6 +128,44 @@ func TestWriteBudget(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(providerWrites(after.Since(before))).To(BeEmpty(), "writes for bound claims that did not change")
 	g.Expect(env.Sim.Stats().Total(sim.RouteRegister)-simBefore.Total(sim.RouteRegister)).To(BeZero(), "IPAM-API registrations for bound claims")
+
+	// Deleting them all: one release each, never two, and per claim the IPAddress's
+	// finalizer, the IPAddress and the claim's finalizer; no event.
+	before, err = apicount.Read(ctx, env.Config)
+	g.Expect(err).NotTo(HaveOccurred())
+	simBefore = env.Sim.Stats()
+	start = time.Now()
+	list := &ipamv1.IPAddressClaimList{}
+	g.Expect(env.Client.List(ctx, list, client.InNamespace(ns.Name))).To(Succeed())
+	for i := range list.Items {
+		g.Expect(env.Client.Delete(ctx, &list.Items[i])).To(Succeed())
+	}
+	g.Eventually(func(g Gomega) {
+		claims, addrs := &ipamv1.IPAddressClaimList{}, &ipamv1.IPAddressList{}
+		g.Expect(env.Client.List(ctx, claims, client.InNamespace(ns.Name))).To(Succeed())
+		g.Expect(env.Client.List(ctx, addrs, client.InNamespace(ns.Name))).To(Succeed())
+		g.Expect(claims.Items).To(BeEmpty())
+		g.Expect(addrs.Items).To(BeEmpty())
+	}).WithTimeout(2 * time.Minute).WithPolling(200 * time.Millisecond).Should(Succeed())
+	waitInUse(g, ns.Name, map[string]int32{"routed": 0, "subnet": 0})
+	after, err = apicount.Read(ctx, env.Config)
+	g.Expect(err).NotTo(HaveOccurred())
+	all = after.Since(before)
+	writes = providerWrites(all).Only(func(k apicount.Key) bool { return k != apicount.Key{Verb: "DELETE", Resource: "ipaddressclaims"} })
+	t.Logf("%d claims deleted: writes\n%s", total, writes)
+	g.Expect(env.Sim.Stats().Total(sim.RouteRelease)-simBefore.Total(sim.RouteRelease)).To(Equal(total), "IPAM-API releases")
+	budget = apicount.Counts{
+		{Verb: "PATCH", Resource: "ipaddresses"}:             float64(total), // its finalizer
+		{Verb: "DELETE", Resource: "ipaddresses"}:            float64(total),
+		{Verb: "PATCH", Resource: "ipaddressclaims"}:         float64(total), // the finalizer with the record
+		{Verb: "PATCH", Resource: "secrets"}:                 2,              // the default secret let go (again after a conflict)
+		{Verb: "PATCH", Resource: "vitistackippools/status"}: 2 * 2 * (time.Since(start).Seconds() + 3),
+	}
+	for k, v := range writes {
+		g.Expect(v).To(BeNumerically("<=", budget[k]), "%s: %g writes deleting %d claims, budget %g", k, v, total, budget[k])
+	}
+	// Releases share their reads of the owning Secret.
+	g.Expect(all.Get("GET", "secrets")).To(BeNumerically("<=", total/2), "uncached Secret reads")
 }
 
 // TestRetriesWriteNoRecord: claims whose first registration is answered with a 503

@@ -75,7 +75,7 @@ func (h *Handler) connect(ctx context.Context, reg *record.Registration) (ipamap
 		o := asOutcome(err)
 		return nil, nil, &o
 	}
-	sec, err := h.Secrets.GetForRegistration(ctx, reg.Secret)
+	sec, err := h.Secrets.GetRecent(ctx, reg.Secret, true)
 	version := valueKey(reg.Secret, sec, err)
 	if h.refusedBefore(version) {
 		o := h.waitForChange()

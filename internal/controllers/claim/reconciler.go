@@ -135,7 +135,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if op == controllerutil.OperationResultCreated {
 		// As ipamutil does: the next allocation must see this address in the cache, or
 		// it could hand the same one out again.
-		if err := waitForCache(ctx, r.Client, &ipamv1.IPAddress{}, client.ObjectKeyFromObject(&address), address.ResourceVersion, false); err != nil {
+		if err := waitForCache(ctx, r.Client, &ipamv1.IPAddress{}, client.ObjectKeyFromObject(&address), address.ResourceVersion, untilSeen); err != nil {
 			return ctrl.Result{}, errors.Wrapf(err, "waiting for IPAddress %s to be visible in the cache after create", address.Name)
 		}
 		ctrl.LoggerFrom(ctx).V(2).Info("IPAddress created", "address", address.Spec.Address)
@@ -228,7 +228,15 @@ func clusterUnpaused() predicate.Funcs {
 // written: its metadata in one patch, its status (addressRef, conditions) in another.
 func (h *Handler) patchClaim(ctx context.Context) error {
 	var errs []error
+	lastFinalizer := !h.claim.DeletionTimestamp.IsZero() && len(h.claim.Finalizers) == 0 && len(h.written.Finalizers) > 0
 	rv, err := h.patchMetadata(ctx)
+	if err == nil && lastFinalizer {
+		// The last finalizer went: the API server deleted the claim and answered with its
+		// last stored state (the old resourceVersion, the finalizer still on). Only its
+		// absence from the cache tells the next reconcile not to release it again.
+		_ = waitForCache(ctx, h.Client, &ipamv1.IPAddressClaim{}, client.ObjectKeyFromObject(h.claim), "", untilGone)
+		return nil
+	}
 	if err != nil {
 		errs = append(errs, errors.Wrap(err, "patching the claim"))
 	}
@@ -244,7 +252,7 @@ func (h *Handler) patchClaim(ctx context.Context) error {
 	if len(errs) == 0 && rv != "" {
 		// The next reconcile must not act on the copy before these writes: it would
 		// write them again. A claim that is gone is done.
-		_ = waitForCache(ctx, h.Client, &ipamv1.IPAddressClaim{}, client.ObjectKeyFromObject(h.claim), rv, true)
+		_ = waitForCache(ctx, h.Client, &ipamv1.IPAddressClaim{}, client.ObjectKeyFromObject(h.claim), rv, untilSeenOrGone)
 	}
 	return kerrors.NewAggregate(errs)
 }
@@ -273,10 +281,21 @@ func (h *Handler) patchMetadata(ctx context.Context) (rv string, err error) {
 	return meta.ResourceVersion, nil
 }
 
+// cacheWait is what waitForCache waits for.
+type cacheWait int
+
+const (
+	// untilSeen: the object at the resourceVersion or later.
+	untilSeen cacheWait = iota
+	// untilSeenOrGone: that, or the object no longer there.
+	untilSeenOrGone
+	// untilGone: the object no longer there.
+	untilGone
+)
+
 // waitForCache waits (1 ms polls, at most 5 s) until the cache holds the object at key
-// at resourceVersion rv or later; with goneIsDone, an object no longer there counts
-// too. obj is an empty object of the kind.
-func waitForCache(ctx context.Context, c client.Reader, obj client.Object, key types.NamespacedName, rv string, goneIsDone bool) error {
+// as until says. obj is an empty object of the kind.
+func waitForCache(ctx context.Context, c client.Reader, obj client.Object, key types.NamespacedName, rv string, until cacheWait) error {
 	want, err := strconv.ParseUint(rv, 10, 64)
 	if err != nil {
 		want = 0 // not a number: the object being there is enough
@@ -284,9 +303,12 @@ func waitForCache(ctx context.Context, c client.Reader, obj client.Object, key t
 	return wait.PollUntilContextTimeout(ctx, time.Millisecond, 5*time.Second, true, func(ctx context.Context) (bool, error) {
 		if err := c.Get(ctx, key, obj); err != nil {
 			if apierrors.IsNotFound(err) {
-				return goneIsDone, nil
+				return until != untilSeen, nil
 			}
 			return false, err
+		}
+		if until == untilGone {
+			return false, nil
 		}
 		got, err := strconv.ParseUint(obj.GetResourceVersion(), 10, 64)
 		return err != nil || got >= want, nil

@@ -56,7 +56,7 @@ func (h *Handler) release(ctx context.Context) outcome {
 	if err != nil {
 		return releaseFailed(err.Error())
 	}
-	sec, err := h.Secrets.Get(ctx, reg.Secret, false)
+	sec, err := h.Secrets.GetRecent(ctx, reg.Secret, false)
 	var nf *registrar.SecretNotFoundError
 	switch {
 	case errors.As(err, &nf):
@@ -103,7 +103,13 @@ func (h *Handler) release(ctx context.Context) outcome {
 		}
 		return h.released(ctx, reg, "it was not held (any more)")
 	}
-	return h.released(ctx, reg, fmt.Sprintf("retention %d days", reg.RetentionPeriodDays))
+	o := h.released(ctx, reg, fmt.Sprintf("retention %d days", reg.RetentionPeriodDays))
+	if reg.RetentionPeriodDays > 0 {
+		// The address is not free yet: say for how long the IPAM-API keeps it.
+		o = o.note(corev1.EventTypeNormal, "Released", actionRelease, fmt.Sprintf("Released %s in zone %s; the IPAM-API keeps it "+
+			"for this identity for %d days before anyone else can get it", reg.Address, reg.Zone, reg.RetentionPeriodDays))
+	}
+	return o
 }
 
 func orPending(a string) string {
@@ -117,14 +123,15 @@ func releaseFailed(msg string) outcome {
 	return failed(ipamv1alpha1.ClaimReadyReleaseFailedReason, "releasing the address failed, retrying with back-off: "+msg).releasing()
 }
 
-// released finishes a release: the record goes (ipamutil then removes the claim's
-// finalizer in the same patch). The Secret controller drops the Secret's finalizer once
-// nothing records it any more.
+// released finishes a release: the record goes (the Reconciler then removes the
+// claim's finalizer in the same patch). The Secret controller drops the Secret's
+// finalizer once nothing records it any more. No event: the claim is gone a moment
+// later (one is sent when retention keeps the address).
 func (h *Handler) released(ctx context.Context, reg *record.Registration, how string) outcome {
 	record.Remove(h.claim)
 	h.forget()
 	ctrl.LoggerFrom(ctx).V(2).Info("Released address in the IPAM-API", "address", reg.Address, "how", how)
-	return outcome{}.note(corev1.EventTypeNormal, "Released", actionRelease, fmt.Sprintf("Released %s in zone %s (%s)", reg.Address, reg.Zone, how))
+	return outcome{}
 }
 
 // recorded finds what was registered for the claim: the IPAddress's record, else the
