@@ -2,9 +2,11 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"time"
 
+	"github.com/KimMachineGun/automemlimit/memlimit"
 	"github.com/pkg/errors"
 	"github.com/spf13/pflag"
 	"k8s.io/component-base/logs"
@@ -76,6 +78,13 @@ func run(args []string) error {
 	}
 	ctrl.SetLogger(klog.Background())
 	setupLog := ctrl.Log.WithName("setup")
+	// The Go GC works to stay under 90 % of the container's memory limit (GOMEMLIMIT, or
+	// AUTOMEMLIMIT=<ratio>|off, overrides it) instead of letting the heap double and the
+	// Pod be OOM-killed: the cache grows with the claims.
+	memLimit, err := memlimit.Set()
+	if err != nil {
+		setupLog.V(1).Info("No memory limit found for GOMEMLIMIT", "reason", err.Error())
+	}
 
 	tlsOpts, metricsOpts, err := flags.GetManagerOptions(managerOptions)
 	if err != nil {
@@ -116,6 +125,14 @@ func run(args []string) error {
 		return err
 	}
 	setupLog.Info("Starting manager", "version", version, "ipamAPIURL", opts.IPAMAPIURL,
-		"maxConcurrentReconciles", opts.MaxConcurrentReconciles)
+		"maxConcurrentReconciles", opts.MaxConcurrentReconciles, "goMemLimit", memLimitString(memLimit))
 	return mgr.Start(ctx)
+}
+
+// memLimitString is GOMEMLIMIT for the log: "none", or MiB.
+func memLimitString(limit int64) string {
+	if limit <= 0 || limit == math.MaxInt64 {
+		return "none"
+	}
+	return fmt.Sprintf("%dMiB", limit>>20)
 }

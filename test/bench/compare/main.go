@@ -35,6 +35,9 @@ type options struct {
 	// managerArgs are extra flags of this provider's manager (for example
 	// --max-concurrent-reconciles=32), space-separated.
 	managerArgs []string
+	// managerEnv is extra environment of this provider's manager (GOMEMLIMIT=115MiB:
+	// what the manager sets itself in a container with a 128Mi memory limit).
+	managerEnv []string
 
 	// What the runs start and install.
 	assets, manager, sim, inCluster string
@@ -74,6 +77,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.IntVar(&o.workers, "workers", 32, "goroutines that create and delete claims")
 	fs.DurationVar(&o.timeout, "timeout", 15*time.Minute, "limit of each phase (all bound, all deleted)")
 	fs.StringVar(&o.out, "out", "out/bench/compare.md", "Markdown report file (also printed)")
+	managerEnv := fs.String("manager-env", "", "extra environment of this provider's manager, space-separated KEY=VALUE (for example GOMEMLIMIT=115MiB, as the manager sets it in a container limited to 128Mi)")
 	managerArgs := fs.String("manager-args", "", "extra flags of this provider's manager, space-separated (for example --max-concurrent-reconciles=32)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the runs' directories (logs) instead of removing them")
 	fs.StringVar(&o.assets, "assets", envOr("KUBEBUILDER_ASSETS", "bin/k8s/v1.33.4"), "directory with kube-apiserver, etcd and kube-controller-manager")
@@ -87,6 +91,7 @@ func parseFlags(args []string) (*options, error) {
 		return nil, err
 	}
 	o.managerArgs = strings.Fields(*managerArgs)
+	o.managerEnv = strings.Fields(*managerEnv)
 	var err error
 	if o.ns, err = parseList(*ns, strconv.Atoi); err != nil {
 		return nil, errors.Wrap(err, "--n")

@@ -111,7 +111,7 @@ func startProvider(ctx context.Context, o *options, cp *localcluster.ControlPlan
 		args := append([]string{"--ipam-api-url=" + p.sim.URL, "--enable-webhooks=false",
 			"--default-secret-namespace=" + secretNamespace, "--health-addr=" + localcluster.HostPort(health)}, diagnostics...)
 		args = append(args, o.managerArgs...)
-		if p.proc, err = localcluster.StartProcess(cp.Dir, "manager", env, o.manager, args...); err != nil {
+		if p.proc, err = localcluster.StartProcess(cp.Dir, "manager", append(env, o.managerEnv...), o.manager, args...); err != nil {
 			return p, err
 		}
 	case inCluster:
