@@ -175,6 +175,16 @@ test-go: test-assets e2e-assets ## All Go tests, without the generation and lint
 	go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) $(GO_PACKAGES_BUT_E2E)
 	go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) ./test/e2e/
 
+FUZZTIME ?= 30s
+.PHONY: fuzz
+fuzz: ## Fuzz every parser of outside input for FUZZTIME each (default 30s); make test runs their seed corpora. Failing inputs land in testdata/fuzz.
+	@for dir in $$(grep -l '^func Fuzz' $$(git ls-files '*_test.go') | xargs -n1 dirname | sort -u); do \
+	  for target in $$(grep -h -o '^func Fuzz[A-Za-z0-9_]*' $$dir/*_test.go | cut -d' ' -f2); do \
+	    echo "fuzzing $$target (./$$dir) for $(FUZZTIME)"; \
+	    go test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) ./$$dir || exit 1; \
+	  done; \
+	done
+
 .PHONY: test-e2e
 test-e2e: test-assets e2e-assets ## Only the end-to-end tests (clusterctl, manager process, control planes); RUN=regexp picks some.
 	go test -count=1 -timeout $(TEST_TIMEOUT) -v $(if $(RUN),-run '$(RUN)') ./test/e2e/
