@@ -2,6 +2,8 @@ package index
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 
 	"github.com/pkg/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -20,13 +22,16 @@ const (
 	ClaimPoolRef = "vitistack.spec.poolRef"
 	// AddressPoolRef indexes IPAddresses by PoolRefValue of spec.poolRef.
 	AddressPoolRef = "vitistack.spec.poolRef"
-	// ClaimRegistration indexes IPAddressClaims by the holder key of their record.
+	// ClaimRegistration indexes IPAddressClaims by the Digest of the holder key of their
+	// record.
 	ClaimRegistration = "vitistack.registration"
-	// AddressRegistration indexes IPAddresses by the holder key of their record.
+	// AddressRegistration indexes IPAddresses by the Digest of the holder key of their
+	// record.
 	AddressRegistration = "vitistack.registration"
-	// ClaimHost indexes IPAddressClaims by the record.HostKey their record names.
+	// ClaimHost indexes IPAddressClaims by the Digest of the record.HostKey their record
+	// names.
 	ClaimHost = "vitistack.host"
-	// AddressHost indexes IPAddresses by the record.HostKey of their record.
+	// AddressHost indexes IPAddresses by the Digest of the record.HostKey of their record.
 	AddressHost = "vitistack.host"
 	// ClaimSecret indexes IPAddressClaims by the Secrets (namespace/name) their record
 	// names: the owner and a rotation's target.
@@ -43,6 +48,15 @@ const (
 	// the cluster-name label), as ipamutil does: an unpaused Cluster wakes its claims.
 	ClaimClusterName = "clusterName"
 )
+
+// Digest is the index value of a key that is (nearly) one object's own, such as a
+// holder key of endpoint, zone, family and identity: 22 characters instead of a
+// hundred or more, kept twice per object by the cache's indexes (128 bits of SHA-256:
+// no two keys meet).
+func Digest(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return base64.RawURLEncoding.EncodeToString(sum[:16])
+}
 
 // PoolRefValue is the index value of a reference to one of this provider's pools.
 func PoolRefValue(kind, name string) string {
@@ -105,13 +119,13 @@ var indexers = []indexer{
 	}},
 	{&ipamv1.IPAddressClaim{}, ClaimRegistration, "IPAddressClaims by registration", func(o client.Object) []string {
 		if r := claimRecord(o); r != nil {
-			return []string{r.Key()}
+			return []string{Digest(r.Key())}
 		}
 		return nil
 	}},
 	{&ipamv1.IPAddressClaim{}, ClaimHost, "IPAddressClaims by address", func(o client.Object) []string {
 		if r := claimRecord(o); r != nil && r.HostKey() != "" {
-			return []string{r.HostKey()}
+			return []string{Digest(r.HostKey())}
 		}
 		return nil
 	}},
@@ -145,13 +159,13 @@ var indexers = []indexer{
 	}},
 	{&ipamv1.IPAddress{}, AddressRegistration, "IPAddresses by registration", func(o client.Object) []string {
 		if r := addressRecord(o); r != nil {
-			return []string{r.Key()}
+			return []string{Digest(r.Key())}
 		}
 		return nil
 	}},
 	{&ipamv1.IPAddress{}, AddressHost, "IPAddresses by address", func(o client.Object) []string {
 		if r := addressRecord(o); r != nil {
-			return []string{r.HostKey()}
+			return []string{Digest(r.HostKey())}
 		}
 		return nil
 	}},

@@ -43,7 +43,7 @@ func NewScheme() *runtime.Scheme {
 // provider never reads them, and copying them cost a tenth of its CPU), all namespaces
 // or only watchNamespace.
 func CacheOptions(watchNamespace string) cache.Options {
-	o := cache.Options{DefaultTransform: cache.TransformStripManagedFields()}
+	o := cache.Options{DefaultTransform: cacheTransform()}
 	if watchNamespace != "" {
 		o.DefaultNamespaces = map[string]cache.Config{watchNamespace: {}}
 	}

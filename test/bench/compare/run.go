@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -94,6 +95,10 @@ type result struct {
 
 	deleted   bool
 	deleteAll time.Duration
+	// deleteRequests are every client's requests to the API server while all claims
+	// were deleted (the harness's, the provider's, the garbage collector's; no
+	// watches, no leases).
+	deleteRequests apicount.Counts
 }
 
 func (r *result) summary() string {
@@ -106,7 +111,20 @@ func (r *result) summary() string {
 	if r.deleted {
 		s += fmt.Sprintf(", delete-all %.1f s", r.deleteAll.Seconds())
 	}
-	return s + "\n    writes: " + strings.ReplaceAll(strings.TrimSpace(r.writes.String()), "\n", ", ")
+	s += "\n    writes: " + strings.ReplaceAll(strings.TrimSpace(r.writes.String()), "\n", ", ")
+	if r.deleted {
+		s += fmt.Sprintf("\n    deleting, all requests per claim: %s", perClaim(r.deleteRequests, r.spec.n))
+	}
+	return s
+}
+
+// perClaim lists counts divided by n, largest first.
+func perClaim(c apicount.Counts, n int) string {
+	per := apicount.Counts{}
+	for k, v := range c {
+		per[k] = math.Round(v/float64(n)*100) / 100
+	}
+	return strings.ReplaceAll(strings.TrimSpace(per.String()), "\n", ", ")
 }
 
 // runOne runs spec on a fresh control plane and stops everything it started.
@@ -228,6 +246,10 @@ func measure(ctx context.Context, o *options, cp *localcluster.ControlPlane, p *
 	}
 
 	// Delete every claim; done when the watch has seen the last one go.
+	delBefore, err := apicount.Read(ctx, cp.Config)
+	if err != nil {
+		return err
+	}
 	start = time.Now()
 	if err := parallel(n, o.workers, func(i int) error { return deleteClaim(ctx, cl, i) }); err != nil {
 		return err
@@ -240,6 +262,11 @@ func measure(ctx context.Context, o *options, cp *localcluster.ControlPlane, p *
 	t.mu.Lock()
 	r.deleteAll, r.deleted = t.goneAt.Sub(start), true
 	t.mu.Unlock()
+	delAfter, err := apicount.Read(ctx, cp.Config)
+	if err != nil {
+		return err
+	}
+	r.deleteRequests = delAfter.Since(delBefore).Only(func(k apicount.Key) bool { return k.Resource != "leases" && k.Verb != "WATCH" })
 	if exited, err := p.proc.Exited(); exited {
 		return errors.Errorf("%s exited (%v) during the run", p.proc.Name, err)
 	}
