@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -27,9 +29,42 @@ const (
 	interval = 200 * time.Millisecond
 )
 
+// recordingT records every failed assertion, so the suite can repeat them after the
+// managers' logs: CI shows the end of the output.
+type recordingT struct{ *testing.T }
+
+func (r recordingT) Fatalf(format string, args ...any) {
+	r.Helper()
+	failures.Add(r.Name(), fmt.Sprintf(format, args...))
+	r.T.Fatalf(format, args...)
+}
+
+// failures is what every failed assertion of the suite said.
+var failures failureLog
+
+type failureLog struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (f *failureLog) Add(test, message string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(message) > 4000 {
+		message = message[:4000] + " …(cut)"
+	}
+	f.lines = append(f.lines, test+": "+message)
+}
+
+func (f *failureLog) String() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return strings.Join(f.lines, "\n")
+}
+
 // newG returns a Gomega for t with the suite's waiting times.
 func newG(t *testing.T) *WithT {
-	g := NewWithT(t)
+	g := NewWithT(recordingT{t})
 	g.SetDefaultEventuallyTimeout(timeout)
 	g.SetDefaultEventuallyPollingInterval(interval)
 	g.SetDefaultConsistentlyDuration(3 * time.Second)

@@ -68,6 +68,9 @@ func run(m *testing.M) int {
 				fmt.Fprintf(os.Stderr, "e2e: last lines of %s:\n%s\n", f, tail(string(b), 40))
 			}
 			fmt.Fprintf(os.Stderr, "e2e: logs kept in %s\n", workDir)
+			if f := failures.String(); f != "" {
+				fmt.Fprintf(os.Stderr, "e2e: the failed assertions again:\n%s\n", f)
+			}
 			return
 		}
 		if os.Getenv("E2E_KEEP") == "" {

@@ -77,7 +77,7 @@ func (h *Handler) connect(ctx context.Context, reg *record.Registration) (ipamap
 	}
 	sec, err := h.Secrets.GetRecent(ctx, reg.Secret, true)
 	version := valueKey(reg.Secret, sec, err)
-	if h.refusedBefore(version) {
+	if h.refusedBefore(reg, version) {
 		o := h.waitForChange()
 		return nil, nil, &o
 	}

@@ -30,6 +30,9 @@ type Handler struct {
 	// written is the claim as the API server has it (read, or last written by the
 	// handler): the Reconciler patches only what differs from it.
 	written *ipamv1.IPAddressClaim
+	// writtenVersion is the claim's resourceVersion after the handler's last write in
+	// this reconcile ("" before any): the reconcile ends when the cache has it.
+	writtenVersion string
 }
 
 // forgetSends drops what this process knows about the claim's requests: its
@@ -69,7 +72,7 @@ func (h *Handler) writeRecord(ctx context.Context, reg *record.Registration, set
 		}
 	}
 	h.claim.Annotations = ann
-	if _, err := h.patchMetadata(ctx); err != nil {
+	if err := h.patchMetadata(ctx); err != nil {
 		h.claim.Annotations = before
 		return errors.Wrap(err, "recording the registration on the claim")
 	}

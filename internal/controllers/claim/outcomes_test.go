@@ -6,6 +6,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi/sim"
@@ -130,6 +131,33 @@ func TestRefusedClaimsGoOnOnceFixed(t *testing.T) {
 		w.settle()
 		if w.addressOf("c") == nil {
 			t.Fatalf("the claim did not bind after its Secret was created:\n%s", w.describe())
+		}
+		w.check()
+	})
+	t.Run("another address is asked for while the claim is sent", func(t *testing.T) {
+		w := newWorld(t)
+		pools(w)
+		registerElsewhere(w, "83.118.168.9/32")
+		w.create(claimObj("c", "routed", map[string]string{ipamv1alpha1.AddressesAnnotation: "83.118.168.9"}))
+		// The user asks for another address just before the provider's first write to
+		// the claim (its pending record for .9) lands: the API server's answer carries
+		// the change, while the request sent is still the one for .9, which is refused.
+		w.beforeWrite = func(obj client.Object) {
+			if _, ok := obj.(*ipamv1.IPAddressClaim); !ok || obj.GetName() != "c" {
+				return
+			}
+			w.beforeWrite = nil
+			c := w.get(claimObj("c", "", nil)).(*ipamv1.IPAddressClaim)
+			patch := client.MergeFrom(c.DeepCopy())
+			c.Annotations[ipamv1alpha1.AddressesAnnotation] = "83.118.168.10"
+			must(t, w.direct.Patch(w.ctx, c, patch))
+		}
+		w.settle()
+		if addr := w.addressOf("c"); addr == nil || addr.Spec.Address != "83.118.168.10" {
+			t.Fatalf("the claim is not bound to the address asked for last (83.118.168.10):\n%s", w.describe())
+		}
+		if holders := w.api.Holders("83.118.168.9/32"); len(holders) != 1 {
+			t.Errorf("83.118.168.9 has %d holders, want its owner alone", len(holders))
 		}
 		w.check()
 	})

@@ -229,7 +229,7 @@ func clusterUnpaused() predicate.Funcs {
 func (h *Handler) patchClaim(ctx context.Context) error {
 	var errs []error
 	lastFinalizer := !h.claim.DeletionTimestamp.IsZero() && len(h.claim.Finalizers) == 0 && len(h.written.Finalizers) > 0
-	rv, err := h.patchMetadata(ctx)
+	err := h.patchMetadata(ctx)
 	if err == nil && lastFinalizer {
 		// The last finalizer went: the API server deleted the claim and answered with its
 		// last stored state (the old resourceVersion, the finalizer still on). Only its
@@ -246,31 +246,32 @@ func (h *Handler) patchClaim(ctx context.Context) error {
 			errs = append(errs, errors.Wrap(err, "patching the claim's status"))
 		} else {
 			h.written.Status = *h.claim.Status.DeepCopy()
-			rv = st.ResourceVersion
+			h.writtenVersion = st.ResourceVersion
 		}
 	}
-	if len(errs) == 0 && rv != "" {
-		// The next reconcile must not act on the copy before these writes: it would
-		// write them again. A claim that is gone is done.
-		_ = waitForCache(ctx, h.Client, &ipamv1.IPAddressClaim{}, client.ObjectKeyFromObject(h.claim), rv, untilSeenOrGone)
+	if h.writtenVersion != "" {
+		// The next reconcile must not act on the copy before this reconcile's writes
+		// (also those made on the way, such as a pending record, and also when a later
+		// write failed): it would write them again, or take the attempt it finds for one
+		// whose answer this process never saw. A claim that is gone is done.
+		_ = waitForCache(ctx, h.Client, &ipamv1.IPAddressClaim{}, client.ObjectKeyFromObject(h.claim), h.writtenVersion, untilSeenOrGone)
 	}
 	return kerrors.NewAggregate(errs)
 }
 
 // patchMetadata writes the claim's metadata (finalizers, annotations, labels) where it
-// differs from what was written; rv is the claim's new resourceVersion ("" when
-// nothing was written).
-func (h *Handler) patchMetadata(ctx context.Context) (rv string, err error) {
+// differs from what was written.
+func (h *Handler) patchMetadata(ctx context.Context) error {
 	meta, written := withoutStatus(h.claim), withoutStatus(h.written)
 	if apiequality.Semantic.DeepEqual(meta.ObjectMeta, written.ObjectMeta) && apiequality.Semantic.DeepEqual(meta.Spec, written.Spec) {
-		return "", nil
+		return nil
 	}
-	err = h.Client.Patch(ctx, meta, client.MergeFrom(written))
+	err := h.Client.Patch(ctx, meta, client.MergeFrom(written))
 	if apierrors.IsNotFound(err) && len(meta.Finalizers) == 0 {
-		return "", nil // a claim whose last finalizer went is gone
+		return nil // a claim whose last finalizer went is gone
 	}
 	if err != nil {
-		return "", err
+		return err
 	}
 	// What the API server answered is what it has: the claim takes its resourceVersion
 	// and the other fields the server sets.
@@ -278,7 +279,8 @@ func (h *Handler) patchMetadata(ctx context.Context) (rv string, err error) {
 	status := h.written.Status
 	h.written = meta
 	h.written.Status = status
-	return meta.ResourceVersion, nil
+	h.writtenVersion = meta.ResourceVersion
+	return nil
 }
 
 // cacheWait is what waitForCache waits for.

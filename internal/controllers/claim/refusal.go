@@ -27,7 +27,7 @@ func (h *Handler) refuse(ctx context.Context, o outcome, secretVersion string, r
 	if !reg.Registered && (nothingHeld || reg.Attempt.IsZero()) {
 		keep = nil
 	}
-	digest := h.inputs()
+	digest := h.inputs(reg)
 	if err := h.writeRecord(ctx, keep, map[string]*string{ipamv1alpha1.RefusedInputsAnnotation: &digest}); err != nil {
 		return transient(err)
 	}
@@ -56,16 +56,25 @@ func (h *Handler) secretRecheck() time.Duration {
 // digest on the claim (its generation and annotations, its pool, the manager's
 // settings) and, in this process's memory, the Secret's value. After a restart a
 // refused claim is therefore sent once more, never again until something changes.
-func (h *Handler) refusedBefore(secret string) bool {
+func (h *Handler) refusedBefore(reg *record.Registration, secret string) bool {
 	v := h.claim.Annotations[ipamv1alpha1.RefusedInputsAnnotation]
-	return v != "" && v == h.inputs() && h.refusals.same(h.claim.UID, secret)
+	return v != "" && v == h.inputs(reg) && h.refusals.same(h.claim.UID, secret)
 }
 
-// inputs is a digest of what a refusal depends on, besides the Secret: the claim's
-// generation and annotations, its pool's generation and the manager's settings.
-func (h *Handler) inputs() string {
+// inputs is a digest of what a refusal depends on, besides the Secret: the request
+// that was refused (reg: its holder, Secret, and the address unless the provider
+// picked it), the claim's generation and annotations, its pool's generation and the
+// manager's settings. The request is part of it because it need not follow from the
+// annotations the claim has now: a pending record computed before a user's change is
+// sent once more, and its refusal must not stand for the request the change asks for.
+func (h *Handler) inputs(reg *record.Registration) string {
 	d := sha256.New()
 	add := func(s string) { d.Write([]byte(s)); d.Write([]byte{0}) }
+	add(reg.Key())
+	add(reg.Secret.String())
+	if !reg.Candidate {
+		add(reg.Address)
+	}
 	add(string(h.claim.UID))
 	add(strconv.FormatInt(h.claim.Generation, 10))
 	ann := userAnnotations(h.claim)

@@ -55,6 +55,9 @@ type world struct {
 	fault  fault // what happens at write number fault.at
 	dead   bool  // the process died: every write until the restart fails, none lands
 	deaths int
+	// beforeWrite, when set, runs before each write of the process lands: a user's
+	// change that reaches the API server first.
+	beforeWrite func(obj client.Object)
 }
 
 type faultKind int
@@ -140,6 +143,9 @@ func (w *world) start() {
 func (w *world) write(obj client.Object, do func() error) error {
 	if w.dead {
 		return errDied
+	}
+	if w.beforeWrite != nil {
+		w.beforeWrite(obj)
 	}
 	w.writes++
 	if w.fault.kind != none && w.writes == w.fault.at {

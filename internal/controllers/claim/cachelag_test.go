@@ -1,0 +1,84 @@
+package claim_test
+
+import (
+	"context"
+	"testing"
+
+	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/controllers/claim"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/registrar"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi/sim"
+)
+
+// A manager's cache shows a claim's own writes a moment later. A claim that waits for
+// its new default Secret to be protected writes its pending record and ends the
+// reconcile without another write: the next reconcile must still find that record, or
+// it writes a new attempt and then takes the first for one whose answer it never saw
+// ("may still be in flight", a Warning and a 20 s wait on a first binding).
+func TestClaimReconcileSeesItsOwnWrites(t *testing.T) {
+	w := newWorld(t)
+	// The cache: after a write to a claim, its next read still returns the claim as it
+	// was before the write; the read after that one is current.
+	stale := map[client.ObjectKey]*ipamv1.IPAddressClaim{}
+	snapshot := func(obj client.Object) {
+		if _, ok := obj.(*ipamv1.IPAddressClaim); !ok {
+			return
+		}
+		key := client.ObjectKeyFromObject(obj)
+		if _, ok := stale[key]; ok {
+			return
+		}
+		before := &ipamv1.IPAddressClaim{}
+		if w.direct.Get(w.ctx, key, before) == nil {
+			stale[key] = before
+		}
+	}
+	cached := interceptor.NewClient(w.c.(client.WithWatch), interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if old, ok := stale[key]; ok {
+				if into, ok := obj.(*ipamv1.IPAddressClaim); ok {
+					delete(stale, key)
+					old.DeepCopyInto(into)
+					return nil
+				}
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
+			snapshot(obj)
+			return c.Patch(ctx, obj, p, opts...)
+		},
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, p client.Patch, opts ...client.SubResourcePatchOption) error {
+			snapshot(obj)
+			return c.SubResource(sub).Patch(ctx, obj, p, opts...)
+		},
+	})
+	reg := registrar.New(cached, w.c, &registrar.CachingClientFactory{Timeout: w.cfg.RequestTimeout}, w.cfg)
+	w.claims = &claim.Reconciler{Client: cached, Adapter: &claim.Adapter{Registrar: reg, Recorder: w.events}}
+	w.observe()
+
+	pools(w)
+	w.create(claimObj("c", "routed", nil))
+	// The default Secret is created by the first reconcile; the protector has not seen
+	// it yet, so two reconciles in a row wait for it.
+	for range 2 {
+		if _, err := w.claims.Reconcile(w.ctx, ctrl.Request{NamespacedName: client.ObjectKey{Namespace: "apps", Name: "c"}}); err == nil {
+			t.Fatalf("a claim whose Secret is not protected yet was not told to wait")
+		}
+	}
+	w.settle()
+	if w.addressOf("c") == nil {
+		t.Fatalf("the claim is not bound:\n%s", w.describe())
+	}
+	if ev := w.drainEvents(); len(ev) != 0 {
+		t.Errorf("a first binding sent events %q", ev)
+	}
+	if n := w.api.Stats().Total(sim.RouteRegister); n != 1 {
+		t.Errorf("%d registration requests for one claim, want 1", n)
+	}
+	w.check()
+}
