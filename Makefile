@@ -59,6 +59,10 @@ export E2E_QUICKSTART := $(BIN)/quickstart
 export E2E_VERSION := $(VERSION)
 export E2E_IMAGE := $(IMG)
 
+# The long steps (tool builds from source, test suites) say what they do, every 30 s
+# while they run, and how long they took.
+PROGRESS := $(ROOT)/hack/progress.sh
+
 GO_TEST_FLAGS ?= -race -count=1
 TEST_TIMEOUT ?= 40m
 
@@ -111,9 +115,10 @@ lint: $(GOLANGCI_LINT) ## Run golangci-lint (config: .golangci.yml).
 
 .PHONY: build
 build: ## Build the manager and the IPAM-API stand-in into bin/ (static, as the image packages them), and the quickstart.
-	CGO_ENABLED=0 go build -trimpath -ldflags "-X main.version=$(VERSION)" -o $(MANAGER) ./cmd/manager
-	CGO_ENABLED=0 go build -trimpath -o $(IPAM_API_SIM) ./cmd/ipam-api-sim
-	go build -o $(BIN)/quickstart ./hack/quickstart
+	@$(PROGRESS) "Building the manager, the IPAM-API stand-in and the quickstart into bin/ (~2 min the first time, then seconds)" -- bash -ec '\
+		CGO_ENABLED=0 go build -trimpath -ldflags "-X main.version=$(VERSION)" -o $(MANAGER) ./cmd/manager; \
+		CGO_ENABLED=0 go build -trimpath -o $(IPAM_API_SIM) ./cmd/ipam-api-sim; \
+		go build -o $(BIN)/quickstart ./hack/quickstart' 
 
 .PHONY: docker-build
 docker-build: ## Build the image IMG (default ghcr.io/vitistack/cluster-api-ipam-provider-vitistack:VERSION; needs a Docker engine, which CI lacks: it checks the binary instead).
@@ -132,7 +137,8 @@ release-manifests: $(KUSTOMIZE) ## Write out/ipam-vitistack/VERSION/: ipam-compo
 
 .PHONY: local-repository
 local-repository: release-manifests $(KUSTOMIZE) ## Write out/repository/: an offline clusterctl repository (this release, CAPI core and kubeadm, cert-manager CRDs).
-	hack/local-repository.sh $(LOCAL_REPOSITORY) $(RELEASE_DIR) $(KUSTOMIZE)
+	@$(PROGRESS) "Writing the offline clusterctl repository out/repository (~1 min the first time)" -- \
+		hack/local-repository.sh $(LOCAL_REPOSITORY) $(RELEASE_DIR) $(KUSTOMIZE)
 
 ##@ Testing
 
@@ -152,14 +158,16 @@ UNIT_PACKAGES = $$(go list -test -f '{{if .ForTest}}{{.ForTest}} {{join .Deps " 
 .PHONY: test
 test: verify-gen verify-tidy verify-imports vet lint test-assets e2e-assets ## Everything on Kubernetes KUBE_VERSION (default the newest): generated files, go.mod tidy, vet, lint, then all tests (unit, envtest, e2e).
 	@echo "Testing on Kubernetes $(KUBE_VERSION) (etcd $(ETCD_VERSION))"
-	go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) $(GO_PACKAGES_BUT_E2E)
-	go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) ./test/e2e/
+	@$(PROGRESS) "Running the unit, envtest and other suites with -race (~5 min; a line per package as it ends)" -- \
+		go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) $(GO_PACKAGES_BUT_E2E)
+	@$(PROGRESS) "Running the end-to-end suite (~3 min)" -- go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) ./test/e2e/
 
 .PHONY: test-kube
 test-kube: test-assets e2e-assets ## Only the suites that run a control plane (envtest, templates, e2e), on KUBE_VERSION: make test-kube KUBE_VERSION=v1.33.4.
 	@echo "Testing on Kubernetes $(KUBE_VERSION) (etcd $(ETCD_VERSION))"
-	go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) $(CONTROL_PLANE_PACKAGES_BUT_E2E)
-	go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) ./test/e2e/
+	@$(PROGRESS) "Running the suites that start a control plane (~3 min)" -- \
+		go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) $(CONTROL_PLANE_PACKAGES_BUT_E2E)
+	@$(PROGRESS) "Running the end-to-end suite (~3 min)" -- go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) ./test/e2e/
 
 .PHONY: ci
 ci: ## What CI runs (.ci/run): make test on the newest Kubernetes, then make test-kube on the oldest.
@@ -185,6 +193,13 @@ fuzz: ## Fuzz every parser of outside input for FUZZTIME each (default 30s); mak
 	  done; \
 	done
 
+CHAOS_FUZZTIME ?= 30s
+.PHONY: test-chaos
+test-chaos: test-assets e2e-assets ## Every fuzz target for CHAOS_FUZZTIME, then the chaos scenarios at full size (make test runs them short); their table goes to out/chaos/summary.md.
+	@$(PROGRESS) "Fuzzing every parser of outside input for $(CHAOS_FUZZTIME) each" -- $(MAKE) --no-print-directory fuzz FUZZTIME=$(CHAOS_FUZZTIME)
+	@$(PROGRESS) "Running the chaos scenarios at full size (processes: control plane, manager replicas, stand-in)" -- \
+		env E2E_CHAOS=full E2E_CHAOS_SUMMARY=$(ROOT)/out/chaos/summary.md go test -count=1 -timeout 60m -v -run '^TestChaos' ./test/e2e/
+
 .PHONY: test-e2e
 test-e2e: test-assets e2e-assets ## Only the end-to-end tests (clusterctl, manager process, control planes); RUN=regexp picks some.
 	go test -count=1 -timeout $(TEST_TIMEOUT) -v $(if $(RUN),-run '$(RUN)') ./test/e2e/
@@ -198,34 +213,41 @@ e2e-assets: build local-repository $(CLUSTERCTL) ## Build what test/e2e and the 
 ##@ Tools (cached in bin/)
 
 $(CONTROLLER_GEN): hack/tools/controller-gen/go.mod
-	cd hack/tools/controller-gen && go build -o $@ sigs.k8s.io/controller-tools/cmd/controller-gen
+	@cd hack/tools/controller-gen && $(PROGRESS) "Building controller-gen from source into bin/ (first run only, ~1 min)" -- \
+		go build -o $@ sigs.k8s.io/controller-tools/cmd/controller-gen
 
 $(GOLANGCI_LINT): hack/tools/golangci-lint/go.mod
-	cd hack/tools/golangci-lint && go build -o $@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+	@cd hack/tools/golangci-lint && $(PROGRESS) "Building golangci-lint from source into bin/ (first run only, ~3 min)" -- \
+		go build -o $@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint
 
 $(KUSTOMIZE): hack/tools/kustomize/go.mod
-	cd hack/tools/kustomize && go build -o $@ sigs.k8s.io/kustomize/kustomize/v5
+	@cd hack/tools/kustomize && $(PROGRESS) "Building kustomize from source into bin/ (first run only, ~1 min)" -- \
+		go build -o $@ sigs.k8s.io/kustomize/kustomize/v5
 
 # clusterctl reports the Cluster API version it was pinned at (`clusterctl version`).
 CLUSTERCTL_VERSION = $(shell awk '$$1 == "require" && $$2 == "sigs.k8s.io/cluster-api" {print $$3}' hack/tools/clusterctl/go.mod)
 $(CLUSTERCTL): hack/tools/clusterctl/go.mod
-	cd hack/tools/clusterctl && go build -ldflags "-X sigs.k8s.io/cluster-api/version.gitVersion=$(CLUSTERCTL_VERSION) \
+	@cd hack/tools/clusterctl && $(PROGRESS) "Building clusterctl $(CLUSTERCTL_VERSION) from source into bin/ (first run only, ~2 min)" -- go build -ldflags "-X sigs.k8s.io/cluster-api/version.gitVersion=$(CLUSTERCTL_VERSION) \
 		-X sigs.k8s.io/cluster-api/version.gitMajor=1 -X sigs.k8s.io/cluster-api/version.gitMinor=$(word 2,$(subst ., ,$(CLUSTERCTL_VERSION)))" \
 		-o $@ sigs.k8s.io/cluster-api/cmd/clusterctl
 
 # The Cluster API in-cluster IPAM provider, the baseline of make bench-compare.
 IPAM_INCLUSTER := $(BIN)/ipam-incluster
 $(IPAM_INCLUSTER): hack/tools/incluster/go.mod
-	cd hack/tools/incluster && CGO_ENABLED=0 go build -o $@ sigs.k8s.io/cluster-api-ipam-provider-in-cluster
+	@cd hack/tools/incluster && $(PROGRESS) "Building the in-cluster IPAM provider from source into bin/ (first run only, ~2 min)" -- \
+		env CGO_ENABLED=0 go build -o $@ sigs.k8s.io/cluster-api-ipam-provider-in-cluster
 
 $(ETCD): hack/tools/etcd/$(ETCD_VERSION)/go.mod
-	cd hack/tools/etcd/$(ETCD_VERSION) && CGO_ENABLED=0 go build -o $@ go.etcd.io/etcd/server/v3
+	@cd hack/tools/etcd/$(ETCD_VERSION) && $(PROGRESS) "Building etcd $(ETCD_VERSION) from source into bin/ (first run only, ~2 min)" -- \
+		env CGO_ENABLED=0 go build -o $@ go.etcd.io/etcd/server/v3
 
 $(KUBE_APISERVER): hack/tools/kube/$(KUBE_VERSION)/go.mod
-	cd hack/tools/kube/$(KUBE_VERSION) && CGO_ENABLED=0 go build -ldflags "$(KUBE_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/kube-apiserver
+	@cd hack/tools/kube/$(KUBE_VERSION) && $(PROGRESS) "Building kube-apiserver $(KUBE_VERSION) from source into bin/ (first run only, ~6 min on 2 cores, with its module downloads more)" -- \
+		env CGO_ENABLED=0 go build -ldflags "$(KUBE_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/kube-apiserver
 
 $(KUBE_CONTROLLER_MANAGER): hack/tools/kube/$(KUBE_VERSION)/go.mod
-	cd hack/tools/kube/$(KUBE_VERSION) && CGO_ENABLED=0 go build -ldflags "$(KUBE_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/kube-controller-manager
+	@cd hack/tools/kube/$(KUBE_VERSION) && $(PROGRESS) "Building kube-controller-manager $(KUBE_VERSION) from source into bin/ (first run only, ~4 min on 2 cores)" -- \
+		env CGO_ENABLED=0 go build -ldflags "$(KUBE_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/kube-controller-manager
 
 .PHONY: tools
 tools: $(CONTROLLER_GEN) $(GOLANGCI_LINT) $(KUSTOMIZE) $(CLUSTERCTL) test-assets ## Build every tool into bin/.
@@ -236,9 +258,19 @@ clean: ## Remove build output (keeps the cached tools in bin/).
 
 ##@ Running locally
 
+# QUICKSTART_FLAGS=--no-restart leaves a dead manager dead.
+QUICKSTART_FLAGS ?=
 .PHONY: quickstart
-quickstart: test-assets e2e-assets ## Everything on this machine: control plane, clusterctl init --ipam vitistack, stand-in, manager, examples. Ctrl-C stops it.
-	$(BIN)/quickstart --dir $(ROOT)/out/quickstart --templates $(ROOT)/templates
+quickstart: ## Everything on this machine: control plane, clusterctl init --ipam vitistack, stand-in, manager (restarted when it dies), examples. Ctrl-C stops it.
+	@hack/prerequisites.sh
+	@start=$$(date +%s); \
+	$(MAKE) --no-print-directory test-assets e2e-assets; \
+	$(BIN)/quickstart --built-in $$(( $$(date +%s) - start ))s --dir $(ROOT)/out/quickstart --templates $(ROOT)/templates $(QUICKSTART_FLAGS)
+
+.PHONY: status
+status: ## Claims (Ready, address, pool, age), LoadBalancer Services and pools of KUBECONFIG (default: the running quickstart's) in one table.
+	@go build -o $(BIN)/quickstart ./hack/quickstart
+	@KUBECONFIG="$${KUBECONFIG:-$(ROOT)/out/quickstart/quickstart/kubeconfig}" $(BIN)/quickstart status
 
 .PHONY: run-sim
 run-sim: ## Run the IPAM-API stand-in on 127.0.0.1:3000 (state in out/ipam-api-sim.json).

@@ -189,7 +189,8 @@ func TestHelpSucceedsAndListsTheDebugRoutes(t *testing.T) {
 	}
 }
 
-// The process exits 0 after --help (it used to exit 1 with "flag: help requested").
+// The process exits 0 after --help (it used to exit 1 with "flag: help requested"), and
+// its usage lists every route of sim.DebugRoutes with method, path and doc.
 func TestHelpExitCode(t *testing.T) {
 	if os.Getenv("IPAM_API_SIM_TEST_MAIN") == "1" {
 		os.Args = []string{"ipam-api-sim", "--help"}
@@ -203,6 +204,11 @@ func TestHelpExitCode(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred(), "%s", out)
 	g.Expect(string(out)).To(ContainSubstring("Routes of the debug listener"))
 	g.Expect(string(out)).NotTo(ContainSubstring("help requested"))
+	g.Expect(sim.DebugRoutes()).NotTo(BeEmpty())
+	for _, rt := range sim.DebugRoutes() {
+		g.Expect(string(out)).To(MatchRegexp(`(?m)^  `+regexp.QuoteMeta(rt.Method)+` +`+regexp.QuoteMeta(rt.Path)+` +`+regexp.QuoteMeta(rt.Doc)+`$`),
+			"%s %s is missing from the --help output", rt.Method, rt.Path)
+	}
 }
 
 // The backend failures are set through the debug listener (as the process-level e2e

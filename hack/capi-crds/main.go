@@ -5,6 +5,8 @@
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -22,11 +24,31 @@ var crds = []string{
 }
 
 func main() {
-	if len(os.Args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: capi-crds OUTPUT_DIR")
+	// A flag set, although the command has no flags of its own: without it "--help" was
+	// taken for OUTPUT_DIR, so asking for help wrote the CRDs into a directory "--help".
+	fs := flag.NewFlagSet("capi-crds", flag.ContinueOnError)
+	fs.Usage = func() {
+		out := fs.Output()
+		_, _ = fmt.Fprintln(out, "Usage: capi-crds OUTPUT_DIR")
+		_, _ = fmt.Fprintln(out, "Writes the Cluster API CRDs IPAddressClaim, IPAddress and Cluster, v1beta2 only, into OUTPUT_DIR")
+		_, _ = fmt.Fprintln(out, "(make manifests: config/services/capi-crds). It locates sigs.k8s.io/cluster-api with 'go list'.")
+		_, _ = fmt.Fprintln(out)
+		_, _ = fmt.Fprintln(out, "Flags:")
+		_, _ = fmt.Fprintln(out, "  -h, -help")
+		_, _ = fmt.Fprintln(out, "    \tprint this usage and exit")
+	}
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0) // the usage was printed; asking for it is no error
+		}
+		os.Exit(2) // the flag package printed the error and the usage
+	}
+	if fs.NArg() != 1 {
+		fmt.Fprintf(os.Stderr, "capi-crds: want exactly one argument, OUTPUT_DIR; got %d\n", fs.NArg())
+		fs.Usage()
 		os.Exit(2)
 	}
-	if err := run(os.Args[1]); err != nil {
+	if err := run(fs.Arg(0)); err != nil {
 		fmt.Fprintln(os.Stderr, "capi-crds:", err)
 		os.Exit(1)
 	}

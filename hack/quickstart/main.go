@@ -9,39 +9,66 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"sort"
 	"strings"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/pkg/errors"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/clientcmd"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/localcluster"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/manager"
 )
 
 func main() {
-	dir := flag.String("dir", "out/quickstart", "directory for kubeconfigs, certificates and logs (emptied first)")
-	templates := flag.String("templates", "templates", "directory with global-pools.yaml, claims.yaml and service.yaml")
-	flag.Parse()
+	if len(os.Args) > 1 && os.Args[1] == "status" {
+		if err := status(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "quickstart status:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	fs := flag.NewFlagSet("quickstart", flag.ExitOnError)
+	fs.Usage = func() {
+		_, _ = fmt.Fprint(fs.Output(), `Usage: quickstart [flags]          (what make quickstart runs)
+       quickstart status [--kubeconfig FILE]   (what make status runs)
+
+Runs the provider on this machine: the IPAM-API stand-in, etcd, kube-apiserver and
+kube-controller-manager on 127.0.0.1, clusterctl init --ipam vitistack, the manager
+(restarted when it dies) with both webhooks, and the examples of templates/.
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	dir := fs.String("dir", "out/quickstart", "directory for kubeconfigs, certificates and logs (emptied first)")
+	templates := fs.String("templates", "templates", "directory with global-pools.yaml, claims.yaml and service.yaml")
+	noRestart := fs.Bool("no-restart", false, "leave the manager dead when it dies (to try what a crash does), instead of restarting it")
+	builtIn := fs.Duration("built-in", 0, "how long make spent building before (printed with the start time)")
+	_ = fs.Parse(os.Args[1:])
 	ctrl.SetLogger(logr.Discard()) // the processes log to files in --dir
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, stop, *dir, *templates); err != nil {
+	if err := run(ctx, stop, options{dir: *dir, templates: *templates, restart: !*noRestart, builtIn: *builtIn}); err != nil {
 		fmt.Fprintln(os.Stderr, "quickstart:", err)
 		os.Exit(1)
 	}
 }
 
+type options struct {
+	dir, templates string
+	restart        bool
+	builtIn        time.Duration
+}
+
 func step(format string, args ...any) { fmt.Printf("==> "+format+"\n", args...) }
 
-func run(ctx context.Context, stop func(), dir, templates string) error {
+func run(ctx context.Context, stop func(), o options) error {
 	paths, ok := localcluster.PathsFromEnv()
 	if !ok {
 		return errors.New("run it with 'make quickstart', which builds what it needs and sets E2E_REPOSITORY and friends")
@@ -49,7 +76,7 @@ func run(ctx context.Context, stop func(), dir, templates string) error {
 	if err := paths.Check(); err != nil {
 		return err
 	}
-	dir, err := filepath.Abs(dir)
+	dir, err := filepath.Abs(o.dir)
 	if err != nil {
 		return errors.Wrap(err, "--dir")
 	}
@@ -86,22 +113,38 @@ func run(ctx context.Context, stop func(), dir, templates string) error {
 	defer cp.Stop()
 
 	step("clusterctl init --ipam vitistack (offline repository %s)", paths.Repository)
-	out, err := cp.Init(ctx, map[string]string{"VITISTACK_IPAM_API_URL": sim.URL})
+	vars := map[string]string{"VITISTACK_IPAM_API_URL": sim.URL}
+	out, err := cp.Init(ctx, vars)
 	if err != nil {
 		return err
 	}
 	fmt.Print(indent(out))
 
+	// The Service webhook is not part of the management-cluster install (it comes with
+	// --enable-service-controller): it is taken from the Services flavour of the same
+	// release, as a user who turns the Service controller on installs it.
+	step("Installing the Service webhook's configuration (from ipam-components-workload.yaml)")
+	if err := installServiceWebhook(ctx, cp, paths, vars); err != nil {
+		return err
+	}
+
 	// The Service controller on a management cluster keeps its default secret in the
 	// provider's namespace, where the clusterctl flavour lets it create one (the Services
 	// flavour ships ipam-system for that instead).
-	step("Starting the manager (the installed Deployment's arguments, as its ServiceAccount, plus --enable-service-controller " +
-		"--default-secret-namespace=capi-ipam-vitistack-system)")
-	mgr, err := cp.StartManager(ctx, nil, "--enable-service-controller", "--default-secret-namespace=capi-ipam-vitistack-system")
+	args := []string{"--enable-service-controller", "--default-secret-namespace=capi-ipam-vitistack-system"}
+	step("Starting the manager (the installed Deployment's arguments, as its ServiceAccount, plus %s)", strings.Join(args, " "))
+	mgr, err := cp.StartManager(ctx, nil, args...)
 	if err != nil {
 		return err
 	}
-	defer mgr.Stop()
+	sup := &supervisor{cp: cp, args: args, restart: o.restart, mgr: mgr}
+	defer sup.stop()
+	restarting := "restarted when it dies"
+	if !o.restart {
+		restarting = "not restarted when it dies (--no-restart)"
+	}
+	step("The manager runs (pid %d, log %s), %s; both webhooks are served", mgr.Pid(), mgr.LogFile, restarting)
+	go sup.watch(ctx)
 
 	secret := make([]byte, 16)
 	_, _ = rand.Read(secret)
@@ -114,7 +157,7 @@ func run(ctx context.Context, stop func(), dir, templates string) error {
 		{"service.yaml", map[string]string{"VITISTACK_SECRET": hex.EncodeToString(secret)}},
 	} {
 		step("Applying templates/%s", f.file)
-		yaml, err := cp.GenerateYAML(ctx, f.vars, filepath.Join(templates, f.file))
+		yaml, err := cp.GenerateYAML(ctx, f.vars, filepath.Join(o.templates, f.file))
 		if err != nil {
 			return err
 		}
@@ -127,30 +170,65 @@ func run(ctx context.Context, stop func(), dir, templates string) error {
 
 	step("Waiting for the addresses")
 	if err := waitAllocated(ctx, cp.Client); err != nil {
-		return errors.Wrapf(err, "(manager log: %s)", mgr.LogFile)
+		return errors.Wrapf(err, "(manager log: %s)", sup.current().LogFile)
 	}
-	if err := report(ctx, cp.Client); err != nil {
+	fmt.Println()
+	if err := printStatus(ctx, cp.Client, os.Stdout, time.Now()); err != nil {
 		return err
 	}
-
-	fmt.Printf(`
-Ready in %s. Explore with kubectl:
-
-  export KUBECONFIG=%s
-  kubectl get globalvitistackippools,ipaddressclaims,ipaddresses.ipam.cluster.x-k8s.io -A
-  kubectl get services -o custom-columns='NAME:.metadata.name,ADDRESSES:.metadata.annotations.metallb\.io/loadBalancerIPs'
-  kubectl describe ipaddressclaim example-any
-
-What the IPAM-API stand-in holds:  curl -s %s/registrations
-Logs (manager, kube-apiserver, stand-in): %s
-
-Press Ctrl-C to stop everything.
-`, time.Since(start).Round(time.Second), cp.Kubeconfig, sim.DebugURL, dir)
+	took := fmt.Sprintf("started in %s", time.Since(start).Round(time.Second))
+	if o.builtIn > 0 {
+		took = fmt.Sprintf("built in %s, %s", o.builtIn.Round(time.Second), took)
+	}
+	fmt.Printf(readyText, took, cp.Kubeconfig, sim.DebugURL, dir)
 	<-ctx.Done()
 	stop() // a second Ctrl-C ends the quickstart at once
 	fmt.Println()
 	step("Stopping")
 	return nil
+}
+
+// readyText is what the quickstart prints once everything is allocated; README.md's
+// Quickstart shows it (a test compares the two).
+const readyText = `
+Ready (%s). Explore with kubectl:
+
+  export KUBECONFIG=%s
+  kubectl get globalvitistackippools,ipaddressclaims -A
+  kubectl get ipaddresses.ipam.cluster.x-k8s.io -A -L ipam.vitistack.io/zone,ipam.vitistack.io/ip-family
+  kubectl describe ipaddressclaim example-any
+  make status
+
+What the IPAM-API stand-in holds:  curl -s %s/registrations
+Logs (manager, kube-apiserver, stand-in): %s
+
+Press Ctrl-C to stop everything.
+`
+
+// status is the subcommand behind make status.
+func status(args []string) error {
+	fs := flag.NewFlagSet("quickstart status", flag.ContinueOnError)
+	kubeconfig := fs.String("kubeconfig", os.Getenv("KUBECONFIG"), "the cluster to show (default: $KUBECONFIG)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if *kubeconfig == "" {
+		return errors.New("no cluster: pass --kubeconfig or set KUBECONFIG (make status uses the quickstart's when KUBECONFIG is unset)")
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
+	if err != nil {
+		return errors.Wrapf(err, "reading --kubeconfig %s", *kubeconfig)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: manager.NewScheme()})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return printStatus(ctx, c, os.Stdout, time.Now())
 }
 
 // waitAllocated waits until every claim and every LoadBalancer Service in default is
@@ -195,30 +273,6 @@ func pending(ctx context.Context, c client.Client) ([]string, error) {
 		}
 	}
 	return out, nil
-}
-
-func report(ctx context.Context, c client.Client) error {
-	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	row := func(cells ...string) { _, _ = fmt.Fprintln(w, "    "+strings.Join(cells, "\t")) }
-	row("KIND", "NAME", "ADDRESS", "ZONE")
-	addrs := &ipamv1.IPAddressList{}
-	if err := c.List(ctx, addrs); err != nil {
-		return err
-	}
-	sort.Slice(addrs.Items, func(i, j int) bool { return addrs.Items[i].Name < addrs.Items[j].Name })
-	for _, a := range addrs.Items {
-		row("IPAddressClaim", a.Namespace+"/"+a.Name, a.Spec.Address, a.Labels[ipamv1alpha1.ZoneLabel])
-	}
-	svcs := &corev1.ServiceList{}
-	if err := c.List(ctx, svcs, client.InNamespace("default")); err != nil {
-		return err
-	}
-	for _, s := range svcs.Items {
-		if s.Spec.Type == corev1.ServiceTypeLoadBalancer {
-			row("Service", s.Namespace+"/"+s.Name, s.Annotations["metallb.io/loadBalancerIPs"], s.Annotations[ipamv1alpha1.ZoneAnnotation])
-		}
-	}
-	return w.Flush()
 }
 
 func indent(s string) string {

@@ -74,6 +74,9 @@ func (p *Process) Exited() (bool, error) {
 	}
 }
 
+// Done is closed once the process has ended (Exited tells how).
+func (p *Process) Done() <-chan struct{} { return p.done }
+
 // Stop sends SIGTERM and waits up to 20 s, then kills.
 func (p *Process) Stop() {
 	if p == nil {

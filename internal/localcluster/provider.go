@@ -81,6 +81,16 @@ func (c *ControlPlane) serveWebhooksOnNewPort() error {
 // manager started (https://127.0.0.1:<its port>, with the CA it serves with), as envtest
 // does. StartManager calls it once that manager is ready.
 func (c *ControlPlane) RouteWebhooks(ctx context.Context) error {
+	return c.routeWebhooks(ctx, c.webhookPort)
+}
+
+// RouteWebhooksTo points the webhook configurations at m, for when the manager started
+// last is stopped and m runs on.
+func (c *ControlPlane) RouteWebhooksTo(ctx context.Context, m *Manager) error {
+	return c.routeWebhooks(ctx, m.webhookPort)
+}
+
+func (c *ControlPlane) routeWebhooks(ctx context.Context, port int) error {
 	ours := client.MatchingLabels{ProviderLabel: ProviderName}
 	route := func(cc *admissionv1.WebhookClientConfig) {
 		path := ""
@@ -93,7 +103,7 @@ func (c *ControlPlane) RouteWebhooks(ctx context.Context) error {
 			}
 		}
 		cc.Service = nil
-		cc.URL = ptr.To(fmt.Sprintf("https://%s%s", hostPort(c.webhookPort), path))
+		cc.URL = ptr.To(fmt.Sprintf("https://%s%s", hostPort(port), path))
 		cc.CABundle = c.caBundle
 	}
 	// Validating and mutating configurations alike: every webhook's client config.
@@ -132,6 +142,8 @@ type Manager struct {
 	*Process
 	// MetricsURL serves /metrics (plain HTTP on loopback).
 	MetricsURL string
+
+	webhookPort int
 }
 
 // StartManager runs the manager binary as the installed Deployment would run it: with
@@ -201,7 +213,7 @@ func (c *ControlPlane) StartManager(ctx context.Context, also io.Writer, extra .
 		proc.Kill()
 		return nil, err
 	}
-	return &Manager{Process: proc, MetricsURL: httpURL(metrics) + "/metrics"}, nil
+	return &Manager{Process: proc, MetricsURL: httpURL(metrics) + "/metrics", webhookPort: c.webhookPort}, nil
 }
 
 // httpClient is for the local processes' plain HTTP endpoints; none takes long to answer.

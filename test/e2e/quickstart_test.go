@@ -2,26 +2,38 @@ package e2e
 
 import (
 	"bufio"
+	"context"
 	"net"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
+	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/manager"
 )
 
 // The quickstart (`make quickstart` runs bin/quickstart) allocates the examples'
-// addresses, prints them with a KUBECONFIG that works, and on Ctrl-C stops every
-// process it started.
+// addresses and prints them as README.md shows, with a KUBECONFIG that works; it serves
+// both webhooks (a bad Service annotation is refused at admission); it restarts its
+// manager after a kill -9, saying so, and the new one binds a new claim; on Ctrl-C it
+// stops every process it started.
 func TestQuickstart(t *testing.T) {
 	g := newG(t)
+	ctx := context.Background()
 	dir := filepath.Join(workDir, "quickstart")
 	cmd := exec.Command(paths.Quickstart, "--dir", dir, "--templates", filepath.Join("..", "..", "templates"))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // Ctrl-C reaches it alone, as from a terminal
@@ -44,7 +56,6 @@ func TestQuickstart(t *testing.T) {
 		}
 	})
 
-	// Read until it says it is ready (or ends).
 	lines := make(chan string, 1000)
 	done := make(chan error, 1)
 	go func() {
@@ -57,30 +68,50 @@ func TestQuickstart(t *testing.T) {
 		close(exited)
 	}()
 	var out strings.Builder
-	deadline := time.After(3 * time.Minute)
-	for ready := false; !ready; {
-		select {
-		case l, ok := <-lines:
-			g.Expect(ok).To(BeTrue(), "the quickstart ended early:\n%s", out.String())
-			out.WriteString(l + "\n")
-			ready = strings.Contains(l, "Press Ctrl-C to stop everything.")
-		case <-deadline:
-			t.Fatalf("the quickstart is not ready after 3 minutes:\n%s", out.String())
+	// upTo reads the quickstart's output until a line matches re, and returns that line.
+	upTo := func(re string, within time.Duration) string {
+		t.Helper()
+		want := regexp.MustCompile(re)
+		deadline := time.After(within)
+		for {
+			select {
+			case l, ok := <-lines:
+				if !ok {
+					t.Fatalf("the quickstart ended before printing %q:\n%s", re, out.String())
+				}
+				out.WriteString(l + "\n")
+				if want.MatchString(l) {
+					return l
+				}
+			case <-deadline:
+				t.Fatalf("the quickstart did not print %q within %s:\n%s", re, within, out.String())
+			}
 		}
 	}
+	pid := regexp.MustCompile(`pid (\d+)`)
+	first := pid.FindStringSubmatch(upTo(`^==> The manager runs \(pid \d+, log \S+\), restarted when it dies; both webhooks are served$`, 3*time.Minute))[1]
+	upTo(`^Press Ctrl-C to stop everything\.$`, 3*time.Minute)
 	text := out.String()
 	t.Log(text)
 
-	// Every example got an address of its zone.
+	// Every example got an address of its zone, and its claim is Ready.
 	for _, want := range []string{
-		`IPAddressClaim\s+default/example-any\s+10\.\S+\s+hnet-private`,
-		`IPAddressClaim\s+default/example-fixed\s+10\.20\.30\.40\s+hnet-private`,
-		`IPAddressClaim\s+default/example-ipv6\s+2a05:1234:\S*\s+inet`,
-		`Service\s+default/example\s+10\.\S+\s+hnet-private`,
-		`Service\s+default/example-anycast\s+83\.118\.\S+,2a05:1234:\S*\s+inet`,
+		`default/example-any\s+True Allocated\s+10\.\S+\s+hnet-private\s+GlobalVitistackIPPool/hnet-private-ipv4`,
+		`default/example-fixed\s+True Allocated\s+10\.20\.30\.40\s+hnet-private`,
+		`default/example-ipv6\s+True Allocated\s+2a05:1234:\S*\s+inet`,
+		`default/example\s+hnet-private\s+ipv4\s+10\.\S+`,
+		`default/example-anycast\s+inet\s+dual\s+83\.118\.\S+,2a05:1234:\S*`,
+		`GlobalVitistackIPPool/hnet-private-ipv4\s+hnet-private\s+IPv4\s+True Ready\s+3`,
 	} {
 		g.Expect(text).To(MatchRegexp(want))
 	}
+	// README.md shows this output: the same lines, but for addresses, ages, paths and ports.
+	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	g.Expect(err).NotTo(HaveOccurred())
+	shown := readmeBlock(t, string(readme), "<!-- quickstart-output")
+	printed := text[strings.Index(text, "CLAIM "):]
+	g.Expect(normalizeOutput(shown)).To(Equal(normalizeOutput(printed)),
+		"README.md's Quickstart output differs from the quickstart's; paste this run's (from CLAIM to Press Ctrl-C):\n%s", printed)
 
 	// The KUBECONFIG it prints reaches the cluster.
 	m := regexp.MustCompile(`export KUBECONFIG=(\S+)`).FindStringSubmatch(text)
@@ -88,15 +119,48 @@ func TestQuickstart(t *testing.T) {
 	kc, err := clientcmd.LoadFromFile(m[1])
 	g.Expect(err).NotTo(HaveOccurred())
 	server := kc.Clusters[kc.Contexts[kc.CurrentContext].Cluster].Server
-	kubectl := exec.Command("kubectl", "get", "ipaddresses.ipam.cluster.x-k8s.io", "-n", "default", "-o", "name")
-	kubectl.Env = append(os.Environ(), "KUBECONFIG="+m[1])
 	if _, err := exec.LookPath("kubectl"); err == nil {
+		kubectl := exec.Command("kubectl", "get", "ipaddresses.ipam.cluster.x-k8s.io", "-n", "default",
+			"-L", "ipam.vitistack.io/zone,ipam.vitistack.io/ip-family")
+		kubectl.Env = append(os.Environ(), "KUBECONFIG="+m[1])
 		got, err := kubectl.CombinedOutput()
 		g.Expect(err).NotTo(HaveOccurred(), string(got))
-		g.Expect(string(got)).To(ContainSubstring("ipaddress.ipam.cluster.x-k8s.io/example-fixed"))
+		g.Expect(string(got)).To(MatchRegexp(`example-fixed\s+10\.20\.30\.40\s+hnet-private-ipv4\s+GlobalVitistackIPPool\s+\S+\s+hnet-private\s+ipv4`))
 	}
 	sim := regexp.MustCompile(`curl -s (http://\S+)/registrations`).FindStringSubmatch(text)
 	g.Expect(sim).To(HaveLen(2))
+	cfg, err := clientcmd.BuildConfigFromFlags("", m[1])
+	g.Expect(err).NotTo(HaveOccurred())
+	c, err := client.New(cfg, client.Options{Scheme: manager.NewScheme()})
+	g.Expect(err).NotTo(HaveOccurred())
+
+	// Both webhooks are served: a bad Service annotation is refused at admission.
+	bad := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "bad", Annotations: map[string]string{ipamv1alpha1.ZoneAnnotation: "nowhere"}},
+		Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Ports: []corev1.ServicePort{{Port: 80}}},
+	}
+	err = c.Create(ctx, bad)
+	g.Expect(err).To(HaveOccurred(), "the quickstart accepted a Service with an unknown zone")
+	g.Expect(err.Error()).To(ContainSubstring(ipamv1alpha1.ZoneAnnotation))
+
+	// kill -9 of the manager: the quickstart says so, restarts it, and it binds a new claim.
+	n, err := strconv.Atoi(first)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(syscall.Kill(n, syscall.SIGKILL)).To(Succeed())
+	upTo(`^==> The manager \(pid `+first+`\) died \(signal: killed\)\. The last lines of its log \S+:$`, time.Minute)
+	second := pid.FindStringSubmatch(upTo(`^==> The manager runs again \(pid \d+, log \S+manager-2\.log\)$`, 2*time.Minute))[1]
+	g.Expect(second).NotTo(Equal(first))
+	after := &ipamv1.IPAddressClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "after-restart"},
+		Spec: ipamv1.IPAddressClaimSpec{PoolRef: ipamv1.IPPoolReference{
+			APIGroup: ipamv1alpha1.GroupVersion.Group, Kind: ipamv1alpha1.GlobalVitistackIPPoolKind, Name: "hnet-private-ipv4"}},
+	}
+	g.Expect(c.Create(ctx, after)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		got := &ipamv1.IPAddressClaim{}
+		g.Expect(c.Get(ctx, client.ObjectKeyFromObject(after), got)).To(Succeed())
+		g.Expect(got.Status.AddressRef.Name).NotTo(BeEmpty())
+	}).Should(Succeed(), "the restarted manager did not bind a new claim")
 
 	// Ctrl-C: it exits cleanly and nothing it started is left listening.
 	g.Expect(cmd.Process.Signal(syscall.SIGINT)).To(Succeed())
@@ -121,4 +185,52 @@ func TestQuickstart(t *testing.T) {
 		}
 		g.Expect(err).To(HaveOccurred(), "%s still answers after Ctrl-C", u)
 	}
+}
+
+// readmeBlock returns the fenced code block that follows marker in a Markdown text.
+func readmeBlock(t *testing.T, md, marker string) string {
+	t.Helper()
+	i := strings.Index(md, marker)
+	if i < 0 {
+		t.Fatalf("README.md has no %s", marker)
+	}
+	rest := md[i+len(marker):]
+	open := strings.Index(rest, "```")
+	if open < 0 {
+		t.Fatalf("no code block after %s in README.md", marker)
+	}
+	rest = rest[open+3:]
+	rest = rest[strings.Index(rest, "\n")+1:]
+	end := strings.Index(rest, "```")
+	if end < 0 {
+		t.Fatalf("the code block after %s in README.md is not closed", marker)
+	}
+	return rest[:end]
+}
+
+var (
+	ipv4Re  = regexp.MustCompile(`\b\d{1,3}(\.\d{1,3}){3}\b`)
+	ipv6Re  = regexp.MustCompile(`\b[0-9a-f]{1,4}(:[0-9a-f]{0,4}){2,7}`)
+	portRe  = regexp.MustCompile(`<ip>:\d+`)
+	ageRe   = regexp.MustCompile(`\b\d+(\.\d+)?(ms|s|m|h|d)(\d+s)?\b`)
+	pathRe  = regexp.MustCompile(`(^|[\s=])/\S+`)
+	builtRe = regexp.MustCompile(`built in <t>, `)
+	spaceRe = regexp.MustCompile(`[ \t]+`)
+)
+
+// normalizeOutput keeps what a README reader relies on (rows, columns, commands) and
+// drops what differs from run to run: addresses, ages and durations, paths, ports, and
+// the build time (make quickstart prints it, bin/quickstart alone does not).
+func normalizeOutput(s string) string {
+	var out []string
+	for _, l := range strings.Split(strings.TrimSpace(s), "\n") {
+		l = pathRe.ReplaceAllString(l, "${1}<path>")
+		l = ipv4Re.ReplaceAllString(l, "<ip>")
+		l = ipv6Re.ReplaceAllString(l, "<ip>")
+		l = portRe.ReplaceAllString(l, "<ip>:<port>")
+		l = ageRe.ReplaceAllString(l, "<t>")
+		l = builtRe.ReplaceAllString(l, "")
+		out = append(out, strings.TrimSpace(spaceRe.ReplaceAllString(l, " ")))
+	}
+	return strings.Join(out, "\n")
 }

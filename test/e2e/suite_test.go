@@ -84,6 +84,7 @@ func run(m *testing.M) int {
 	}
 	fmt.Printf("e2e: control plane, clusterctl init and manager ready in %s (logs in %s)\n", time.Since(start).Round(time.Millisecond), workDir)
 	code = m.Run()
+	writeChaosSummary()
 	// The managers ran as their ServiceAccount: a permission its RBAC lacks shows here.
 	logs, _ := filepath.Glob(filepath.Join(a.Dir, "manager*.log"))
 	for _, f := range logs {

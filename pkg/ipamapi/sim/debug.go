@@ -20,7 +20,7 @@ type DebugRoute struct {
 // its help.
 func DebugRoutes() []DebugRoute {
 	return []DebugRoute{
-		{Method: http.MethodGet, Path: "/registrations", Doc: "every address record, []Registration (secret fingerprints only)",
+		{Method: http.MethodGet, Path: "/registrations", Doc: `every address record, []Registration (secret fingerprints only); each holder and record has "state": "live" (held) or "expiring" (released, kept until "expires_at")`,
 			serve: func(s *Server, w http.ResponseWriter, _ *http.Request) {
 				regs := s.Registrations()
 				if regs == nil {

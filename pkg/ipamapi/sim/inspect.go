@@ -80,7 +80,8 @@ func (s *Server) Stats() Stats {
 	return out
 }
 
-// Registrations returns every address record in insertion order.
+// Registrations returns every address record in insertion order, with the derived
+// Holder.State and Registration.State (live or expiring).
 func (s *Server) Registrations() []Registration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -104,7 +105,8 @@ func (s *Server) Registration(address string) (Registration, bool) {
 	return r.public(), true
 }
 
-// Holders returns the holders of exactly this address string, or nil.
+// Holders returns the holders of exactly this address string (with their derived
+// State), or nil.
 func (s *Server) Holders(address string) []Holder {
 	r, _ := s.Registration(address)
 	return r.Holders

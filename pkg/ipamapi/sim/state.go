@@ -29,7 +29,28 @@ type Holder struct {
 	// cleared by a later POST of the same holder (case B/D). The sweeper drops the
 	// holder once ExpiresAt <= now.
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	// State says whether the service still holds the address (HoldLive) or released it
+	// and only retention keeps it until ExpiresAt (HoldExpiring). A nil ExpiresAt alone
+	// reads as "live" only to someone who knows the stand-in, so the inspection API
+	// spells it out. It is derived from ExpiresAt when Registrations, Registration,
+	// Holders or HeldBy copy a record, and never stored: empty inside the registry and
+	// absent from the state file.
+	State HoldState `json:"state,omitempty"`
 }
+
+// HoldState is the derived state of a holder or of a whole registration.
+type HoldState string
+
+const (
+	// HoldLive means the holder has not released the address (no expires_at). For a
+	// registration: at least one holder is live.
+	HoldLive HoldState = "live"
+	// HoldExpiring means the holder released the address with DELETE; retention keeps it
+	// until expires_at, and the first sweep after that drops it. A holder whose
+	// expires_at has passed stays "expiring" until that sweep. For a registration:
+	// every holder is expiring, so the sweeper frees the address after its ExpiresAt.
+	HoldExpiring HoldState = "expiring"
+)
 
 // Registration is one address record as the real server keeps it in MongoDB, with the
 // secret replaced by a fingerprint.
@@ -41,6 +62,14 @@ type Registration struct {
 	// SecretFingerprint is Fingerprint(secret): a short hash, never the secret.
 	SecretFingerprint string   `json:"secret_fingerprint"`
 	Holders           []Holder `json:"holders"`
+	// State summarises the holders, so a listing answers "is this address in use?"
+	// without reading every holder: HoldLive if any holder is live, else HoldExpiring.
+	// Derived like Holder.State, never stored.
+	State HoldState `json:"state"`
+	// ExpiresAt is set only when State is HoldExpiring: the latest expires_at of the
+	// holders, after which the sweeper frees the address (unless a holder registers
+	// again first).
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 }
 
 // Fingerprint returns the short, non-reversible fingerprint of a secret that
@@ -79,16 +108,43 @@ func (r *record) holds(ref ServiceRef) bool {
 	return false
 }
 
-func (r *record) public() Registration {
+// copyHolders returns a deep copy of the holders as stored (State empty), so callers
+// cannot reach the registry through ExpiresAt.
+func (r *record) copyHolders() []Holder {
 	hs := make([]Holder, len(r.holders))
 	for i, h := range r.holders {
 		hs[i] = h
+		hs[i].State = ""
 		if h.ExpiresAt != nil {
 			t := *h.ExpiresAt
 			hs[i].ExpiresAt = &t
 		}
 	}
-	return Registration{Address: r.address, Zone: r.zone, Family: r.family, SecretFingerprint: fingerprintOfHash(r.secret), Holders: hs}
+	return hs
+}
+
+// public is the copy the inspection API hands out: the holders with their derived
+// State, and the registration's summary of them.
+func (r *record) public() Registration {
+	reg := Registration{Address: r.address, Zone: r.zone, Family: r.family, SecretFingerprint: fingerprintOfHash(r.secret),
+		Holders: r.copyHolders(), State: HoldExpiring}
+	for i := range reg.Holders {
+		h := &reg.Holders[i]
+		if h.ExpiresAt == nil {
+			h.State = HoldLive
+			reg.State = HoldLive
+			continue
+		}
+		h.State = HoldExpiring
+		if reg.ExpiresAt == nil || h.ExpiresAt.After(*reg.ExpiresAt) {
+			t := *h.ExpiresAt
+			reg.ExpiresAt = &t
+		}
+	}
+	if reg.State == HoldLive {
+		reg.ExpiresAt = nil
+	}
+	return reg
 }
 
 // store is the registry: MongoDB documents plus NetBox's set of allocated /32 and /128.
@@ -226,10 +282,10 @@ const stateVersion = 1
 func (st *store) export() State {
 	s := State{Version: stateVersion, Registrations: []StateRecord{}}
 	for _, r := range st.sorted() {
-		pub := r.public()
+		// copyHolders, not public: the derived State is not persisted.
 		s.Registrations = append(s.Registrations, StateRecord{
 			Address: r.address, Zone: r.zone, Family: r.family,
-			SecretSHA256: hex.EncodeToString(r.secret[:]), Holders: pub.Holders,
+			SecretSHA256: hex.EncodeToString(r.secret[:]), Holders: r.copyHolders(),
 		})
 	}
 	return s
@@ -256,6 +312,10 @@ func importStore(s State) (*store, error) {
 			continue // the sweeper would have freed it
 		}
 		r := &record{address: sr.Address, ip: p.Addr(), zone: sr.Zone, family: sr.Family, holders: slices.Clone(sr.Holders)}
+		for i := range r.holders {
+			// A "state" in a hand-edited file would be stale; public derives it again.
+			r.holders[i].State = ""
+		}
 		copy(r.secret[:], raw)
 		st.insert(r)
 	}

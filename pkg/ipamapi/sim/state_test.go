@@ -1,6 +1,7 @@
 package sim_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -127,6 +128,12 @@ func TestStateFileSurvivesRestartWithoutSecrets(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(string(raw)).NotTo(ContainSubstring(secretA))
 	g.Expect(string(raw)).NotTo(ContainSubstring(secretB))
+	g.Expect(string(raw)).NotTo(ContainSubstring(`"state"`), "the holder state is derived, never persisted")
+	for _, r := range s1.ExportState().Registrations {
+		for _, h := range r.Holders {
+			g.Expect(h.State).To(BeEmpty(), "ExportState holds no derived state")
+		}
+	}
 	entries, err := os.ReadDir(filepath.Dir(path))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(entries).To(HaveLen(1), "no temporary files are left behind")
@@ -241,7 +248,8 @@ func TestDebugHandler(t *testing.T) {
 	serve(s, http.MethodPost, "/v2/address", body(secretA, "inet", "ipv4", "", "a", 0))
 	a = call(t, http.MethodGet, dbg.URL+"/registrations", "")
 	g.Expect(a.body).To(MatchJSON(`[{"address":"83.118.168.0/32","zone":"inet","ip_family":"ipv4","secret_fingerprint":"` + sim.Fingerprint(secretA) + `",
-		"holders":[{"service_name":"a","namespace_id":"ns-1","cluster_id":"cluster-1","retention_period_days":0,"deny_external_cleanup":false}]}]`))
+		"holders":[{"service_name":"a","namespace_id":"ns-1","cluster_id":"cluster-1","retention_period_days":0,"deny_external_cleanup":false,"state":"live"}],
+		"state":"live"}]`))
 	g.Expect(a.body).NotTo(ContainSubstring(secretA))
 
 	a = call(t, http.MethodPut, dbg.URL+"/faults", `{"latency":"5ms","error_rate":1,"error_status":503,"error_body":"x"}`)
@@ -263,4 +271,130 @@ func TestDebugHandler(t *testing.T) {
 	serve(s, http.MethodDelete, "/v2/service", body(secretA, "inet", "ipv4", "83.118.168.0/32", "a", 0))
 	a = call(t, http.MethodPost, dbg.URL+"/sweep", "")
 	g.Expect(a.body).To(MatchJSON(`{"expired_holders":1,"freed_addresses":1}`))
+}
+
+// compactJSON drops the indentation of a debug answer, so tests can look for
+// "state":"live" whatever the layout.
+func compactJSON(g Gomega, s string) string {
+	var buf bytes.Buffer
+	g.Expect(json.Compact(&buf, []byte(s))).To(Succeed(), s)
+	return buf.String()
+}
+
+// A holder is "live" while registered, "expiring" (with expires_at) after DELETE with
+// retention, gone after the sweeper passes expires_at, and "live" again when it
+// registers before that. The registration summarises its holders the same way. Both
+// the Go inspection API and GET /registrations say so.
+func TestHolderStateLiveExpiringGoneAndLiveAgain(t *testing.T) {
+	g := NewWithT(t)
+	clk := clocktesting.NewFakeClock(time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC))
+	s := sim.New(sim.Config{Clock: clk})
+	dbg := httptest.NewServer(s.DebugHandler())
+	t.Cleanup(dbg.Close)
+	const addr = "83.118.168.0/32"
+	registrations := func() string {
+		a := call(t, http.MethodGet, dbg.URL+"/registrations", "")
+		g.Expect(a.err).NotTo(HaveOccurred())
+		g.Expect(a.status).To(Equal(http.StatusOK))
+		return compactJSON(g, a.body)
+	}
+
+	// Registered: live, no expiry (the retention of a POST body only counts on DELETE).
+	g.Expect(serve(s, http.MethodPost, "/v2/address", body(secretA, "inet", "ipv4", "", "a", 1)).body).To(Equal(registered(addr)))
+	hs := s.Holders(addr)
+	g.Expect(hs).To(HaveLen(1))
+	g.Expect(hs[0].State).To(Equal(sim.HoldLive))
+	g.Expect(hs[0].ExpiresAt).To(BeNil())
+	reg, ok := s.Registration(addr)
+	g.Expect(ok).To(BeTrue())
+	g.Expect(reg.State).To(Equal(sim.HoldLive))
+	g.Expect(reg.ExpiresAt).To(BeNil())
+	g.Expect(s.HeldBy(ref("a"))[0].Holders[0].State).To(Equal(sim.HoldLive))
+	got := registrations()
+	g.Expect(got).To(ContainSubstring(`"state":"live"`))
+	g.Expect(got).NotTo(ContainSubstring(`"expiring"`))
+	g.Expect(got).NotTo(ContainSubstring(`"expires_at"`))
+
+	// Released with one day of retention: expiring until expires_at, on the holder and
+	// on the registration (its only holder is expiring).
+	g.Expect(serve(s, http.MethodDelete, "/v2/service", body(secretA, "inet", "ipv4", addr, "a", 1)).status).To(Equal(http.StatusOK))
+	exp := clk.Now().AddDate(0, 0, 1)
+	hs = s.Holders(addr)
+	g.Expect(hs).To(HaveLen(1))
+	g.Expect(hs[0].State).To(Equal(sim.HoldExpiring))
+	g.Expect(hs[0].ExpiresAt).To(HaveValue(Equal(exp)))
+	reg, _ = s.Registration(addr)
+	g.Expect(reg.State).To(Equal(sim.HoldExpiring))
+	g.Expect(reg.ExpiresAt).To(HaveValue(Equal(exp)))
+	g.Expect(s.Registrations()[0].State).To(Equal(sim.HoldExpiring))
+	g.Expect(registrations()).To(MatchJSON(`[{"address":"` + addr + `","zone":"inet","ip_family":"ipv4","secret_fingerprint":"` + sim.Fingerprint(secretA) + `",
+		"holders":[{"service_name":"a","namespace_id":"ns-1","cluster_id":"cluster-1","retention_period_days":1,"deny_external_cleanup":false,
+			"expires_at":"2025-06-02T12:00:00Z","state":"expiring"}],
+		"state":"expiring","expires_at":"2025-06-02T12:00:00Z"}]`))
+
+	// The copy handed out is not the registry: changing it changes nothing.
+	hs[0].State = sim.HoldLive
+	*hs[0].ExpiresAt = exp.Add(time.Hour)
+	g.Expect(s.Holders(addr)[0].State).To(Equal(sim.HoldExpiring))
+	g.Expect(s.Holders(addr)[0].ExpiresAt).To(HaveValue(Equal(exp)))
+
+	// Before expires_at the sweeper keeps it; at expires_at it drops the holder and frees
+	// the address.
+	clk.Step(24*time.Hour - time.Second)
+	expired, freed := s.Sweep()
+	g.Expect([]int{expired, freed}).To(Equal([]int{0, 0}))
+	g.Expect(s.Holders(addr)[0].State).To(Equal(sim.HoldExpiring))
+	clk.Step(time.Second)
+	expired, freed = s.Sweep()
+	g.Expect([]int{expired, freed}).To(Equal([]int{1, 1}))
+	g.Expect(s.Holders(addr)).To(BeNil())
+	_, ok = s.Registration(addr)
+	g.Expect(ok).To(BeFalse())
+	g.Expect(registrations()).To(Equal(`[]`))
+
+	// Released again, then a re-POST of the same holder before expiry: live again, and the
+	// sweeper leaves it alone past the old expires_at.
+	g.Expect(serve(s, http.MethodPost, "/v2/address", body(secretA, "inet", "ipv4", "", "a", 0)).body).To(Equal(registered(addr)))
+	g.Expect(serve(s, http.MethodDelete, "/v2/service", body(secretA, "inet", "ipv4", addr, "a", 1)).status).To(Equal(http.StatusOK))
+	g.Expect(s.Holders(addr)[0].State).To(Equal(sim.HoldExpiring))
+	g.Expect(serve(s, http.MethodPost, "/v2/address", body(secretA, "inet", "ipv4", "", "a", 0)).body).To(Equal(updated(addr)))
+	hs = s.Holders(addr)
+	g.Expect(hs).To(HaveLen(1))
+	g.Expect(hs[0].State).To(Equal(sim.HoldLive))
+	g.Expect(hs[0].ExpiresAt).To(BeNil())
+	got = registrations()
+	g.Expect(got).To(ContainSubstring(`"state":"live"`))
+	g.Expect(got).NotTo(ContainSubstring(`"expiring"`))
+	clk.Step(48 * time.Hour)
+	expired, freed = s.Sweep()
+	g.Expect([]int{expired, freed}).To(Equal([]int{0, 0}))
+	g.Expect(s.Holders(addr)[0].State).To(Equal(sim.HoldLive))
+}
+
+// The registration is live while any holder is; once all are expiring it is expiring
+// until the latest expires_at, when the sweeper frees the address.
+func TestRegistrationStateSummarisesItsHolders(t *testing.T) {
+	g := NewWithT(t)
+	clk := clocktesting.NewFakeClock(time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC))
+	s := sim.New(sim.Config{Clock: clk})
+	const addr = "83.118.168.0/32"
+	g.Expect(serve(s, http.MethodPost, "/v2/address", body(secretA, "inet", "ipv4", "", "a", 0)).body).To(Equal(registered(addr)))
+	g.Expect(serve(s, http.MethodPost, "/v2/address", body(secretA, "inet", "ipv4", addr, "b", 0)).body).To(Equal(updated(addr)))
+
+	// a releases for 3 days: a is expiring, b still live, so the address is live.
+	g.Expect(serve(s, http.MethodDelete, "/v2/service", body(secretA, "inet", "ipv4", addr, "a", 3)).status).To(Equal(http.StatusOK))
+	reg, _ := s.Registration(addr)
+	states := map[string]sim.HoldState{}
+	for _, h := range reg.Holders {
+		states[h.ServiceName] = h.State
+	}
+	g.Expect(states).To(Equal(map[string]sim.HoldState{"a": sim.HoldExpiring, "b": sim.HoldLive}))
+	g.Expect(reg.State).To(Equal(sim.HoldLive))
+	g.Expect(reg.ExpiresAt).To(BeNil(), "a live address has no expiry")
+
+	// b releases for 1 day: both expiring; the address lasts until a's later expiry.
+	g.Expect(serve(s, http.MethodDelete, "/v2/service", body(secretA, "inet", "ipv4", addr, "b", 1)).status).To(Equal(http.StatusOK))
+	reg, _ = s.Registration(addr)
+	g.Expect(reg.State).To(Equal(sim.HoldExpiring))
+	g.Expect(reg.ExpiresAt).To(HaveValue(Equal(clk.Now().AddDate(0, 0, 3))))
 }

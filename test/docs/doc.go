@@ -1,0 +1,8 @@
+// Package docs checks the repository's Markdown: every link resolves inside the repository.
+//
+// Its test reads README.md and every other Markdown file of the repository (outside
+// bin/, out/, .git/, vendor/ and testdata/), and checks each link and image outside code:
+// http(s) and mailto links are left alone (nothing is fetched), every other target must
+// be a relative path to a file or directory inside the repository, and an anchor must
+// name a heading of the Markdown file it points into, by GitHub's rules.
+package docs

@@ -1,0 +1,295 @@
+package e2e
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/localcluster"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/record"
+)
+
+// accounts is what the accounting oracle finds at a quiet moment, for the identities of
+// some namespaces (their UIDs: a namespace may be gone by then): every entry names the
+// object or the registration.
+type accounts struct {
+	// Leaked: held live by the IPAM-API, recorded by no IPAddress and no claim.
+	Leaked []string
+	// Duplicated: one address bound by two IPAddresses that do not both declare a share.
+	Duplicated []string
+	// Orphaned: recorded by an IPAddress, not held live by the IPAM-API.
+	Orphaned []string
+	// Stuck: deleted objects (claims, IPAddresses, Services, Secrets, namespaces) that
+	// are still there.
+	Stuck []string
+}
+
+func (a accounts) zero() bool {
+	return len(a.Leaked)+len(a.Duplicated)+len(a.Orphaned)+len(a.Stuck) == 0
+}
+
+func (a accounts) String() string {
+	return fmt.Sprintf("leaked %v, duplicated %v, orphaned %v, stuck %v", a.Leaked, a.Duplicated, a.Orphaned, a.Stuck)
+}
+
+// account compares what the stand-in holds (its debug API) with what the cluster
+// records, for the holders whose namespace_id is one of nsUIDs.
+func account(ctx context.Context, cp *localcluster.ControlPlane, nsUIDs map[string]bool) (accounts, error) {
+	var out accounts
+	regs, err := ipamAPI.Registrations(ctx)
+	if err != nil {
+		return out, err
+	}
+	type holding struct{ address, service, ns, cluster string }
+	live := map[holding]bool{}
+	for _, r := range regs {
+		for _, h := range r.Holders {
+			if h.ExpiresAt == nil && nsUIDs[h.NamespaceID] {
+				live[holding{r.Address, h.ServiceName, h.NamespaceID, h.ClusterID}] = true
+			}
+		}
+	}
+	addrs := &ipamv1.IPAddressList{}
+	if err := cp.Client.List(ctx, addrs); err != nil {
+		return out, err
+	}
+	recorded := map[holding]bool{}
+	byHost := map[string][]ipamv1.IPAddress{}
+	for _, a := range addrs.Items {
+		rec, err := record.OnAddress(a.Labels, a.Annotations)
+		if err != nil || rec == nil || !nsUIDs[rec.Identity.NamespaceID] {
+			continue
+		}
+		h := holding{rec.Address, rec.Identity.ServiceName, rec.Identity.NamespaceID, rec.Identity.ClusterID}
+		recorded[h] = true
+		if !live[h] {
+			out.Orphaned = append(out.Orphaned, fmt.Sprintf("IPAddress %s/%s (%s)", a.Namespace, a.Name, rec.Address))
+		}
+		if !a.DeletionTimestamp.IsZero() {
+			out.Stuck = append(out.Stuck, fmt.Sprintf("IPAddress %s/%s", a.Namespace, a.Name))
+		}
+		byHost[rec.HostKey()] = append(byHost[rec.HostKey()], a)
+	}
+	for host, list := range byHost {
+		if len(list) < 2 {
+			continue
+		}
+		share := list[0].Annotations[ipamv1alpha1.AllowLocalSharedIPAnnotation]
+		for _, a := range list[1:] {
+			if share == "" || a.Annotations[ipamv1alpha1.AllowLocalSharedIPAnnotation] != share {
+				out.Duplicated = append(out.Duplicated, fmt.Sprintf("%s bound by %d IPAddresses", host, len(list)))
+				break
+			}
+		}
+	}
+	// An unbound claim's pending record (written before each request) accounts for one
+	// address of its identity: the IPAM-API may have answered a request whose answer
+	// was lost. (A bound claim keeps its record too; its IPAddress accounts for it.)
+	claims := &ipamv1.IPAddressClaimList{}
+	if err := cp.Client.List(ctx, claims); err != nil {
+		return out, err
+	}
+	pending := map[holding]bool{}
+	for _, c := range claims.Items {
+		rec, err := record.OnClaim(c.Annotations)
+		if err == nil && rec != nil && nsUIDs[rec.Identity.NamespaceID] && c.Status.AddressRef.Name == "" {
+			pending[holding{"", rec.Identity.ServiceName, rec.Identity.NamespaceID, rec.Identity.ClusterID}] = true
+			if rec.Address != "" {
+				recorded[holding{rec.Address, rec.Identity.ServiceName, rec.Identity.NamespaceID, rec.Identity.ClusterID}] = true
+			}
+		}
+		if !c.DeletionTimestamp.IsZero() && nsUIDs[uidOfNamespace(ctx, cp, c.Namespace)] {
+			out.Stuck = append(out.Stuck, fmt.Sprintf("IPAddressClaim %s/%s (finalizers %v)", c.Namespace, c.Name, c.Finalizers))
+		}
+	}
+	for h := range live {
+		if recorded[h] {
+			continue
+		}
+		id := holding{"", h.service, h.ns, h.cluster}
+		if pending[id] {
+			delete(pending, id) // one address per pending record
+			continue
+		}
+		out.Leaked = append(out.Leaked, fmt.Sprintf("%s held by %s/%s/%s", h.address, h.service, h.ns, h.cluster))
+	}
+	// Services, Secrets and namespaces deleted but still there.
+	nss := &corev1.NamespaceList{}
+	if err := cp.Client.List(ctx, nss); err != nil {
+		return out, err
+	}
+	for _, ns := range nss.Items {
+		if !nsUIDs[string(ns.UID)] {
+			continue
+		}
+		if !ns.DeletionTimestamp.IsZero() {
+			out.Stuck = append(out.Stuck, "Namespace "+ns.Name)
+		}
+		for _, list := range []client.ObjectList{&corev1.ServiceList{}, &corev1.SecretList{}} {
+			if err := cp.Client.List(ctx, list, client.InNamespace(ns.Name)); err != nil {
+				return out, err
+			}
+			var objs []client.Object
+			switch l := list.(type) {
+			case *corev1.ServiceList:
+				for i := range l.Items {
+					objs = append(objs, &l.Items[i])
+				}
+			case *corev1.SecretList:
+				for i := range l.Items {
+					objs = append(objs, &l.Items[i])
+				}
+			}
+			for _, o := range objs {
+				if !o.GetDeletionTimestamp().IsZero() {
+					out.Stuck = append(out.Stuck, fmt.Sprintf("%T %s/%s (finalizers %v)", o, o.GetNamespace(), o.GetName(), o.GetFinalizers()))
+				}
+			}
+		}
+	}
+	for _, l := range [][]string{out.Leaked, out.Duplicated, out.Orphaned, out.Stuck} {
+		sort.Strings(l)
+	}
+	return out, nil
+}
+
+func uidOfNamespace(ctx context.Context, cp *localcluster.ControlPlane, name string) string {
+	ns := &corev1.Namespace{}
+	if err := cp.Client.Get(ctx, client.ObjectKey{Name: name}, ns); err != nil {
+		return ""
+	}
+	return string(ns.UID)
+}
+
+// settledAccounts waits (up to the timeout) for the oracle to find nothing wrong and
+// returns what it found last: a quiet moment may take a while after faults.
+func settledAccounts(t *testing.T, cp *localcluster.ControlPlane, nsUIDs map[string]bool) accounts {
+	t.Helper()
+	var last accounts
+	newG(t).Eventually(func(g Gomega) {
+		var err error
+		last, err = account(context.Background(), cp, nsUIDs)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(last.zero()).To(BeTrue(), "the accounting oracle: %s", last)
+	}).WithTimeout(3 * timeout).WithPolling(time.Second).Should(Succeed())
+	return last
+}
+
+// canary returns a secret value that is easy to find anywhere it should not be.
+func canary(name string) string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return "canary-" + name + "-" + hex.EncodeToString(b)
+}
+
+// canariesFound counts the places where one of values shows: every object of the kinds
+// the provider and Kubernetes write about claims (all namespaces, managedFields
+// included; Secrets without their data), events, Leases, the managers' logs and
+// metrics, and the stand-in's log.
+func canariesFound(t *testing.T, cp *localcluster.ControlPlane, managers []*localcluster.Manager, values []string) []string {
+	t.Helper()
+	ctx := context.Background()
+	var haystacks []string
+	add := func(what string, v any) {
+		b, err := json.Marshal(v)
+		newG(t).Expect(err).NotTo(HaveOccurred())
+		haystacks = append(haystacks, what+": "+string(b))
+	}
+	for _, list := range []client.ObjectList{&ipamv1.IPAddressClaimList{}, &ipamv1.IPAddressList{}, &ipamv1alpha1.VitistackIPPoolList{},
+		&ipamv1alpha1.GlobalVitistackIPPoolList{}, &corev1.EventList{}, &corev1.ServiceList{}, &corev1.ConfigMapList{},
+		&corev1.NamespaceList{}, &coordinationv1.LeaseList{}} {
+		newG(t).Expect(cp.Client.List(ctx, list)).To(Succeed())
+		add(fmt.Sprintf("%T", list), list)
+	}
+	secrets := &corev1.SecretList{}
+	newG(t).Expect(cp.Client.List(ctx, secrets)).To(Succeed())
+	for _, s := range secrets.Items {
+		add("Secret metadata", s.ObjectMeta) // the value itself is in data, where it belongs
+	}
+	for _, m := range managers {
+		haystacks = append(haystacks, m.Name+" log: "+m.Logs())
+		if exited, _ := m.Exited(); !exited {
+			if metrics, err := localcluster.Get(ctx, m.MetricsURL); err == nil {
+				haystacks = append(haystacks, m.Name+" metrics: "+metrics)
+			}
+		}
+	}
+	haystacks = append(haystacks, "ipam-api-sim log: "+ipamAPI.Logs())
+	var found []string
+	for _, h := range haystacks {
+		for _, v := range values {
+			if i := strings.Index(h, v); i >= 0 {
+				found = append(found, fmt.Sprintf("%.80s…", h[max(0, i-60):]))
+			}
+		}
+	}
+	return found
+}
+
+// chaosRow is one line of make test-chaos's summary.
+type chaosRow struct {
+	Scenario                            string
+	Claims, Services, Kills, Faults     int
+	Duration                            time.Duration
+	Leaked, Duplicated, Orphaned, Stuck int
+	Canaries                            int
+}
+
+var (
+	chaosMu   sync.Mutex
+	chaosRows []chaosRow
+)
+
+func recordChaos(r chaosRow) {
+	chaosMu.Lock()
+	defer chaosMu.Unlock()
+	chaosRows = append(chaosRows, r)
+}
+
+// chaosFull reports whether the scenarios run at full size (make test-chaos) rather
+// than the short version make test runs.
+func chaosFull() bool { return os.Getenv("E2E_CHAOS") == "full" }
+
+// writeChaosSummary prints the scenarios' table and, when E2E_CHAOS_SUMMARY names a
+// file, writes it there (make test-chaos: out/chaos/summary.md).
+func writeChaosSummary() {
+	chaosMu.Lock()
+	defer chaosMu.Unlock()
+	if len(chaosRows) == 0 {
+		return
+	}
+	size := "short (make test)"
+	if chaosFull() {
+		size = "full (make test-chaos)"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "Chaos scenarios, %s size, %s\n\n", size, time.Now().UTC().Format("2006-01-02 15:04 MST"))
+	b.WriteString("| scenario | claims | Services | kills | faults injected | duration | leaked | duplicated | orphaned | stuck | canaries found |\n")
+	b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	for _, r := range chaosRows {
+		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %s | %d | %d | %d | %d | %d |\n", r.Scenario, r.Claims, r.Services, r.Kills, r.Faults,
+			r.Duration.Round(time.Second), r.Leaked, r.Duplicated, r.Orphaned, r.Stuck, r.Canaries)
+	}
+	fmt.Print("\n" + b.String())
+	if f := os.Getenv("E2E_CHAOS_SUMMARY"); f != "" {
+		if err := os.MkdirAll(filepath.Dir(f), 0o755); err == nil {
+			_ = os.WriteFile(f, []byte(b.String()), 0o644)
+		}
+	}
+}
