@@ -160,14 +160,14 @@ test: verify-gen verify-tidy verify-imports vet lint test-assets e2e-assets ## E
 	@echo "Testing on Kubernetes $(KUBE_VERSION) (etcd $(ETCD_VERSION))"
 	@$(PROGRESS) "Running the unit, envtest and other suites with -race (~5 min; a line per package as it ends)" -- \
 		go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) $(GO_PACKAGES_BUT_E2E)
-	@$(PROGRESS) "Running the end-to-end suite (~3 min)" -- go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) ./test/e2e/
+	@$(PROGRESS) "Running the end-to-end suite (~4 min)" -- go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) ./test/e2e/
 
 .PHONY: test-kube
 test-kube: test-assets e2e-assets ## Only the suites that run a control plane (envtest, templates, e2e), on KUBE_VERSION: make test-kube KUBE_VERSION=v1.33.4.
 	@echo "Testing on Kubernetes $(KUBE_VERSION) (etcd $(ETCD_VERSION))"
 	@$(PROGRESS) "Running the suites that start a control plane (~3 min)" -- \
 		go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) $(CONTROL_PLANE_PACKAGES_BUT_E2E)
-	@$(PROGRESS) "Running the end-to-end suite (~3 min)" -- go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) ./test/e2e/
+	@$(PROGRESS) "Running the end-to-end suite (~4 min)" -- go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) ./test/e2e/
 
 .PHONY: ci
 ci: ## What CI runs (.ci/run): make test on the newest Kubernetes, then make test-kube on the oldest.

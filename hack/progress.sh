@@ -17,6 +17,7 @@ took() {
 }
 
 echo "==> $what"
+short=${what%% (*} # without the "(~N min …)" that the first line gives
 start=$SECONDS
 "$@" &
 pid=$!
@@ -25,7 +26,7 @@ next=$interval
 while kill -0 "$pid" 2>/dev/null; do
 	sleep 1
 	if ((SECONDS - start >= next)) && kill -0 "$pid" 2>/dev/null; then
-		echo "    ... still ${what,} ($(took $((SECONDS - start))))"
+		echo "    ... still ${short,} ($(took $((SECONDS - start))))"
 		next=$((next + interval))
 	fi
 done
