@@ -44,11 +44,15 @@ func ParseObjectRef(s string) (ObjectRef, error) {
 		return ObjectRef{}, nil
 	}
 	r := ObjectRef{Kind: "Secret"}
-	if kind, rest, ok := strings.Cut(s, ":"); ok {
+	if kind, rest, ok := strings.Cut(s, ":"); ok && !strings.Contains(kind, "/") {
+		if kind == "" {
+			return ObjectRef{}, errors.Errorf("%q has an empty kind before the colon: write Kind:namespace/name/key or namespace/name/key", s)
+		}
 		r.Kind, s = kind, rest
 	}
 	parts := strings.Split(s, "/")
-	if len(parts) != 3 || parts[0] == "" || parts[1] == "" || parts[2] == "" {
+	// Kubernetes names and data keys never hold a colon; one would not read back.
+	if len(parts) != 3 || parts[0] == "" || parts[1] == "" || parts[2] == "" || strings.Contains(s, ":") {
 		return ObjectRef{}, errors.Errorf("%q is not namespace/name/key", s)
 	}
 	r.Namespace, r.Name, r.Key = parts[0], parts[1], parts[2]
