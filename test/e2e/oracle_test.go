@@ -17,6 +17,8 @@ import (
 	. "github.com/onsi/gomega"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -63,6 +65,17 @@ func account(ctx context.Context, cp *localcluster.ControlPlane, nsUIDs map[stri
 			if h.ExpiresAt == nil && nsUIDs[h.NamespaceID] {
 				live[holding{r.Address, h.ServiceName, h.NamespaceID, h.ClusterID}] = true
 			}
+		}
+	}
+	// The scenario's namespaces that still exist, by name (read once).
+	nss := &corev1.NamespaceList{}
+	if err := cp.Client.List(ctx, nss); err != nil {
+		return out, err
+	}
+	ours := map[string]corev1.Namespace{}
+	for _, ns := range nss.Items {
+		if nsUIDs[string(ns.UID)] {
+			ours[ns.Name] = ns
 		}
 	}
 	addrs := &ipamv1.IPAddressList{}
@@ -114,7 +127,7 @@ func account(ctx context.Context, cp *localcluster.ControlPlane, nsUIDs map[stri
 				recorded[holding{rec.Address, rec.Identity.ServiceName, rec.Identity.NamespaceID, rec.Identity.ClusterID}] = true
 			}
 		}
-		if !c.DeletionTimestamp.IsZero() && nsUIDs[uidOfNamespace(ctx, cp, c.Namespace)] {
+		if _, scoped := ours[c.Namespace]; scoped && !c.DeletionTimestamp.IsZero() {
 			out.Stuck = append(out.Stuck, fmt.Sprintf("IPAddressClaim %s/%s (finalizers %v)", c.Namespace, c.Name, c.Finalizers))
 		}
 	}
@@ -130,36 +143,22 @@ func account(ctx context.Context, cp *localcluster.ControlPlane, nsUIDs map[stri
 		out.Leaked = append(out.Leaked, fmt.Sprintf("%s held by %s/%s/%s", h.address, h.service, h.ns, h.cluster))
 	}
 	// Services, Secrets and namespaces deleted but still there.
-	nss := &corev1.NamespaceList{}
-	if err := cp.Client.List(ctx, nss); err != nil {
-		return out, err
-	}
-	for _, ns := range nss.Items {
-		if !nsUIDs[string(ns.UID)] {
-			continue
-		}
+	for name, ns := range ours {
 		if !ns.DeletionTimestamp.IsZero() {
-			out.Stuck = append(out.Stuck, "Namespace "+ns.Name)
+			out.Stuck = append(out.Stuck, "Namespace "+name)
 		}
 		for _, list := range []client.ObjectList{&corev1.ServiceList{}, &corev1.SecretList{}} {
-			if err := cp.Client.List(ctx, list, client.InNamespace(ns.Name)); err != nil {
+			if err := cp.Client.List(ctx, list, client.InNamespace(name)); err != nil {
 				return out, err
 			}
-			var objs []client.Object
-			switch l := list.(type) {
-			case *corev1.ServiceList:
-				for i := range l.Items {
-					objs = append(objs, &l.Items[i])
+			if err := meta.EachListItem(list, func(o runtime.Object) error {
+				obj := o.(client.Object)
+				if !obj.GetDeletionTimestamp().IsZero() {
+					out.Stuck = append(out.Stuck, fmt.Sprintf("%T %s/%s (finalizers %v)", obj, obj.GetNamespace(), obj.GetName(), obj.GetFinalizers()))
 				}
-			case *corev1.SecretList:
-				for i := range l.Items {
-					objs = append(objs, &l.Items[i])
-				}
-			}
-			for _, o := range objs {
-				if !o.GetDeletionTimestamp().IsZero() {
-					out.Stuck = append(out.Stuck, fmt.Sprintf("%T %s/%s (finalizers %v)", o, o.GetNamespace(), o.GetName(), o.GetFinalizers()))
-				}
+				return nil
+			}); err != nil {
+				return out, err
 			}
 		}
 	}
@@ -167,14 +166,6 @@ func account(ctx context.Context, cp *localcluster.ControlPlane, nsUIDs map[stri
 		sort.Strings(l)
 	}
 	return out, nil
-}
-
-func uidOfNamespace(ctx context.Context, cp *localcluster.ControlPlane, name string) string {
-	ns := &corev1.Namespace{}
-	if err := cp.Client.Get(ctx, client.ObjectKey{Name: name}, ns); err != nil {
-		return ""
-	}
-	return string(ns.UID)
 }
 
 // settledAccounts waits (up to the timeout) for the oracle to find nothing wrong and
