@@ -197,8 +197,12 @@ CHAOS_FUZZTIME ?= 30s
 .PHONY: test-chaos
 test-chaos: test-assets e2e-assets ## Every fuzz target for CHAOS_FUZZTIME, then the chaos scenarios at full size (make test runs them short); their table goes to out/chaos/summary.md.
 	@$(PROGRESS) "Fuzzing every parser of outside input for $(CHAOS_FUZZTIME) each" -- $(MAKE) --no-print-directory fuzz FUZZTIME=$(CHAOS_FUZZTIME)
+	@rm -f $(ROOT)/out/chaos/rows.jsonl
+	@$(PROGRESS) "Running the clock-jump scenarios at full size (envtest, injected clock)" -- \
+		env E2E_CHAOS=full CHAOS_ROWS=$(ROOT)/out/chaos/rows.jsonl go test -count=1 -timeout 20m -v -run '^TestClock' ./internal/controllers/
 	@$(PROGRESS) "Running the chaos scenarios at full size (processes: control plane, manager replicas, stand-in)" -- \
-		env E2E_CHAOS=full E2E_CHAOS_SUMMARY=$(ROOT)/out/chaos/summary.md go test -count=1 -timeout 60m -v -run '^TestChaos' ./test/e2e/
+		env E2E_CHAOS=full CHAOS_ROWS=$(ROOT)/out/chaos/rows.jsonl E2E_CHAOS_SUMMARY=$(ROOT)/out/chaos/summary.md \
+		go test -count=1 -timeout 60m -v -run '^TestChaos' ./test/e2e/
 
 .PHONY: test-e2e
 test-e2e: test-assets e2e-assets ## Only the end-to-end tests (clusterctl, manager process, control planes); RUN=regexp picks some.

@@ -124,7 +124,7 @@ func run(ctx context.Context, stop func(), o options) error {
 	// --enable-service-controller): it is taken from the Services flavour of the same
 	// release, as a user who turns the Service controller on installs it.
 	step("Installing the Service webhook's configuration (from ipam-components-workload.yaml)")
-	if err := installServiceWebhook(ctx, cp, paths, vars); err != nil {
+	if _, err := cp.InstallServiceWebhook(ctx, vars); err != nil {
 		return err
 	}
 

@@ -1,15 +1,19 @@
 package localcluster
 
 import (
+	"context"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/pkg/errors"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -30,6 +34,9 @@ type ControlPlane struct {
 	Kubeconfig string
 	Config     *rest.Config
 	Client     client.Client
+	// Outages are the RestartAPIServer calls so far: requests refused in them (RBAC's
+	// caches are empty until the API server is ready) are not the provider's fault.
+	Outages []Outage
 	// ClusterctlConfig is the clusterctl.yaml Clusterctl uses: the repository's, unless
 	// set otherwise (to add an images: override, say).
 	ClusterctlConfig string
@@ -54,9 +61,23 @@ func StartControlPlane(dir, name string, p Paths) (*ControlPlane, error) {
 	if err != nil {
 		return nil, errors.Wrap(err, "opening kube-apiserver's log")
 	}
-	env := &envtest.Environment{BinaryAssetsDirectory: p.Assets}
+	// etcd's data and kube-apiserver's certificates in dir, not in directories envtest
+	// removes on Stop: RestartAPIServer starts them again on the same data. A new
+	// control plane starts empty.
+	for _, sub := range []string{"etcd", "kube-apiserver"} {
+		_ = os.RemoveAll(filepath.Join(dir, sub))
+		if err := os.MkdirAll(filepath.Join(dir, sub), 0o700); err != nil {
+			_ = apiLog.Close()
+			return nil, errors.Wrap(err, "creating the control plane's directory")
+		}
+	}
+	// kube-apiserver may take more than 20 s to finish its watches when asked to stop:
+	// it is killed after 3 s, as a reboot of its host would.
+	env := &envtest.Environment{BinaryAssetsDirectory: p.Assets, ControlPlaneStopTimeout: 3 * time.Second}
+	env.ControlPlane.Etcd = &envtest.Etcd{DataDir: filepath.Join(dir, "etcd")}
 	api := env.ControlPlane.GetAPIServer()
 	api.Out, api.Err = apiLog, apiLog
+	api.CertDir = filepath.Join(dir, "kube-apiserver")
 	// Dual-stack Services, as on the clusters the Service controller serves.
 	api.Configure().Set("service-cluster-ip-range", "10.96.0.0/16,fd00:10:96::/112")
 	cfg, err := env.Start()
@@ -81,6 +102,85 @@ func StartControlPlane(dir, name string, p Paths) (*ControlPlane, error) {
 		return nil, err
 	}
 	return cp, nil
+}
+
+// RestartAPIServer stops kube-apiserver and etcd, as a reboot of their host does, waits
+// down, and starts them again on the same ports, certificates and data; every client
+// (kube-controller-manager, managers, Client) reconnects on its own. It starts
+// kube-controller-manager again if it ended meanwhile.
+func (c *ControlPlane) RestartAPIServer(down time.Duration) error {
+	outage := Outage{From: time.Now()}
+	defer func() {
+		outage.To = time.Now()
+		c.Outages = append(c.Outages, outage)
+	}()
+	plane := &c.env.ControlPlane
+	// Stop kills a process that does not end within the stop timeout, without waiting
+	// for it to go: wait until its port is free.
+	_ = plane.APIServer.Stop()
+	if err := waitPortFree(plane.APIServer.HostPort()); err != nil {
+		return errors.Wrap(err, "stopping kube-apiserver")
+	}
+	_ = plane.Etcd.Stop()
+	if err := waitPortFree(plane.Etcd.URL.Host); err != nil {
+		return errors.Wrap(err, "stopping etcd")
+	}
+	time.Sleep(down)
+	if err := plane.Etcd.Start(); err != nil {
+		return errors.Wrap(err, "starting etcd again")
+	}
+	plane.APIServer.EtcdURL = plane.Etcd.URL
+	if err := plane.APIServer.Start(); err != nil {
+		return errors.Wrapf(err, "starting kube-apiserver again (see %s)", c.apiLog.Name())
+	}
+	if err := c.waitReady(time.Minute); err != nil {
+		return err
+	}
+	if exited, _ := c.kcm.Exited(); exited {
+		return c.restartControllerManager()
+	}
+	return nil
+}
+
+// Outage is a time when the API server did not serve every request as usual: from its
+// stop until it answered ready again (/readyz: RBAC and its other caches synced).
+type Outage struct{ From, To time.Time }
+
+// waitReady waits until kube-apiserver answers /readyz with ok.
+func (c *ControlPlane) waitReady(timeout time.Duration) error {
+	cs, err := kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		body, err := cs.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+		cancel()
+		if err == nil && string(body) == "ok" {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return errors.Wrapf(err, "kube-apiserver is not ready after %s (see %s)", timeout, c.apiLog.Name())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// waitPortFree waits up to 10 s until nothing listens on hostPort.
+func waitPortFree(hostPort string) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		conn, err := net.DialTimeout("tcp", hostPort, time.Second)
+		if err != nil {
+			return nil
+		}
+		_ = conn.Close()
+		if time.Now().After(deadline) {
+			return errors.Errorf("%s still listens after 10 s", hostPort)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 func (c *ControlPlane) restartControllerManager() error {

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/clock"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -72,6 +73,9 @@ type Options struct {
 
 	// Clients replaces the IPAM-API client factory (tests); nil means the real one.
 	Clients registrar.ClientFactory
+	// Clock replaces the wall clock of registration attempt times (tests jump it); nil
+	// means the host's.
+	Clock clock.PassiveClock
 }
 
 // AddFlags registers the provider's flags.
@@ -176,6 +180,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		SubnetRecheckInterval:   o.SubnetRecheckInterval,
 		SecretRecheckInterval:   o.SecretRecheckInterval,
 		WatchFilterValue:        o.WatchFilter,
+		Clock:                   o.Clock,
 	})
 	if err := (&claim.Reconciler{
 		Client:           mgr.GetClient(),

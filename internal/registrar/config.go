@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi"
@@ -40,6 +41,9 @@ type Config struct {
 	// a user can fix looks at its Secret again (Secrets are not watched); a change of
 	// the claim or its pool is seen at once.
 	SecretRecheckInterval time.Duration
+	// Clock is the wall clock of registration attempt times (nil: the host's); tests
+	// jump it.
+	Clock clock.PassiveClock
 	// WatchFilterValue, if set, limits reconciliation to objects with the
 	// cluster.x-k8s.io/watch-filter label of this value.
 	WatchFilterValue string

@@ -8,6 +8,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -22,11 +23,16 @@ type InFlight struct {
 	Reader client.Reader
 	// Quarantine is how long a request without an answer may still complete.
 	Quarantine time.Duration
+	// Clock reads the wall clock that attempt times are written and compared in (they
+	// are recorded on claims, for other processes too); nil: the host's.
+	Clock clock.PassiveClock
 
 	mu       sync.Mutex
 	reserved map[string][]reservation
 	byClaim  map[types.UID][]string
 	answered map[types.UID]time.Time
+	waits    map[types.UID]wait
+	origin   time.Time
 }
 
 type reservation struct {
@@ -98,6 +104,17 @@ func (f *InFlight) reserve(ctx context.Context, key string, mine reservation, cl
 	return conflict, conflict == ""
 }
 
+// Now reads the clock attempt times are compared in; wake-ups are timed in it too.
+func (f *InFlight) Now() time.Time {
+	if f.Clock == nil {
+		return time.Now()
+	}
+	return f.Clock.Now()
+}
+
+// AttemptTime is the time to record for a registration request sent now.
+func (f *InFlight) AttemptTime() time.Time { return f.Now().UTC() }
+
 // Forget drops what this process knows about a claim: its reservations and answers.
 func (f *InFlight) Forget(uid types.UID) {
 	f.mu.Lock()
@@ -111,6 +128,7 @@ func (f *InFlight) Forget(uid types.UID) {
 	}
 	delete(f.byClaim, uid)
 	delete(f.answered, uid)
+	delete(f.waits, uid)
 }
 
 // SawAnswer records that the outcome of a claim's attempt is known (it was answered,
@@ -122,10 +140,11 @@ func (f *InFlight) SawAnswer(uid types.UID, attempt time.Time) {
 		f.answered = map[types.UID]time.Time{}
 	}
 	f.answered[uid] = attempt
+	delete(f.waits, uid)
 	if len(f.answered) > 4096 {
 		// Answers older than the quarantine tell nothing any more.
 		for u, t := range f.answered {
-			if time.Since(t) > f.Quarantine {
+			if f.Now().Sub(t) > f.Quarantine {
 				delete(f.answered, u)
 			}
 		}
@@ -136,7 +155,7 @@ func (f *InFlight) SawAnswer(uid types.UID, attempt time.Time) {
 // attempt time instead of a new one (saving the write of a new one): this process saw
 // the outcome of that attempt, and a request sent now ends (within timeout) before the
 // attempt's quarantine does, so a process that finds the record after a crash still
-// waits long enough.
+// waits long enough. An attempt time ahead of the clock (it went back) is not reused.
 func (f *InFlight) MayResendUnder(uid types.UID, attempt time.Time, timeout time.Duration) bool {
 	if attempt.IsZero() || timeout <= 0 {
 		return false
@@ -144,24 +163,63 @@ func (f *InFlight) MayResendUnder(uid types.UID, attempt time.Time, timeout time
 	f.mu.Lock()
 	seen, ok := f.answered[uid]
 	f.mu.Unlock()
-	return ok && seen.Equal(attempt) && time.Since(attempt)+timeout < f.Quarantine
+	elapsed := f.Now().Sub(attempt)
+	return ok && seen.Equal(attempt) && elapsed >= 0 && elapsed+timeout < f.Quarantine
 }
 
 // MayStillBeInFlight reports until when an earlier attempt of the claim, whose outcome
 // this process has not seen (it timed out, or another process or an earlier run of this
 // one sent it), may still be carried out by the IPAM-API.
+//
+// The attempt time is wall-clock time (it is recorded on the claim, for any process),
+// but the wait is decided once, when this process first meets the attempt, and then
+// timed on the process's monotonic clock: a wall clock that jumps later neither stretches
+// nor cuts it. An attempt time ahead of the clock (written before the clock went back,
+// or by a host whose clock runs ahead) is waited out for one quarantine: the request
+// was sent before now all the same.
 func (f *InFlight) MayStillBeInFlight(uid types.UID, attempt time.Time) (time.Time, bool) {
 	if attempt.IsZero() {
 		return time.Time{}, false
 	}
 	f.mu.Lock()
-	seen, ok := f.answered[uid]
-	f.mu.Unlock()
-	if ok && seen.Equal(attempt) {
+	defer f.mu.Unlock()
+	if seen, ok := f.answered[uid]; ok && seen.Equal(attempt) {
 		return time.Time{}, false
 	}
-	until := attempt.Add(f.Quarantine)
-	return until, time.Now().Before(until)
+	now, mono := f.Now(), f.monotonic()
+	w, ok := f.waits[uid]
+	if !ok || !w.attempt.Equal(attempt) {
+		if f.waits == nil {
+			f.waits = map[types.UID]wait{}
+		}
+		if len(f.waits) > 4096 {
+			for u, old := range f.waits {
+				if old.deadline <= mono {
+					delete(f.waits, u)
+				}
+			}
+		}
+		w = wait{attempt: attempt, deadline: mono + min(attempt.Add(f.Quarantine).Sub(now), f.Quarantine)}
+		f.waits[uid] = w
+	}
+	left := w.deadline - mono
+	return now.Add(left), left > 0
+}
+
+// wait is how long a process waits out an attempt whose answer it has not seen: until
+// deadline on its monotonic clock.
+type wait struct {
+	attempt  time.Time
+	deadline time.Duration
+}
+
+// monotonic is the time since the first call, on the process's monotonic clock, which
+// no change of the wall clock moves. Callers hold mu.
+func (f *InFlight) monotonic() time.Duration {
+	if f.origin.IsZero() {
+		f.origin = time.Now()
+	}
+	return time.Since(f.origin)
 }
 
 // Len is the number of identities reserved and answers remembered (for tests of pruning).

@@ -8,6 +8,7 @@ import (
 	. "github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
@@ -75,4 +76,65 @@ func TestInFlightQuarantine(t *testing.T) {
 	g.Expect(waiting).To(BeTrue(), "a later attempt is another request")
 	_, waiting = f.MayStillBeInFlight("u", time.Time{})
 	g.Expect(waiting).To(BeFalse(), "nothing was ever sent")
+}
+
+// Attempt times are wall-clock times, recorded on claims, but a process decides how
+// long to wait out an unanswered attempt when it first meets it and then times the wait
+// on its monotonic clock: the wall clock jumping back does not stall the claim for as
+// long as it went back, and jumping forward does not cut a wait short.
+func TestInFlightClockJumps(t *testing.T) {
+	g := NewWithT(t)
+	t0 := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	clock := clocktesting.NewFakePassiveClock(t0)
+	f := &registrar.InFlight{Quarantine: 20 * time.Second, Clock: clock}
+	attempt := f.AttemptTime()
+	g.Expect(attempt).To(Equal(t0))
+
+	until, waiting := f.MayStillBeInFlight("u", attempt)
+	g.Expect(waiting).To(BeTrue())
+	g.Expect(until).To(BeTemporally("~", t0.Add(20*time.Second), time.Second))
+
+	// Back an hour: the wait begun goes on for its 20 s, not for an hour more.
+	clock.SetTime(t0.Add(-time.Hour))
+	until, waiting = f.MayStillBeInFlight("u", attempt)
+	g.Expect(waiting).To(BeTrue())
+	g.Expect(until).To(BeTemporally("~", clock.Now().Add(20*time.Second), time.Second), "waits for as long as the clock went back")
+	// An attempt ahead of the clock, first met now, is waited out for one quarantine.
+	until, waiting = f.MayStillBeInFlight("v", attempt)
+	g.Expect(waiting).To(BeTrue())
+	g.Expect(until).To(BeTemporally("~", clock.Now().Add(20*time.Second), time.Second))
+
+	// Forward an hour: the wait begun is not cut short; an attempt first met now is
+	// long over.
+	clock.SetTime(t0.Add(time.Hour))
+	_, waiting = f.MayStillBeInFlight("u", attempt)
+	g.Expect(waiting).To(BeTrue(), "a jump forward cut the wait short")
+	_, waiting = f.MayStillBeInFlight("w", attempt)
+	g.Expect(waiting).To(BeFalse())
+
+	// Resending under a seen attempt: only while it is fresh, never once the clock is
+	// behind it.
+	f.SawAnswer("u", attempt)
+	_, waiting = f.MayStillBeInFlight("u", attempt)
+	g.Expect(waiting).To(BeFalse(), "its answer was seen")
+	g.Expect(f.MayResendUnder("u", attempt, time.Second)).To(BeFalse(), "too old to resend under")
+	clock.SetTime(t0.Add(-time.Hour))
+	g.Expect(f.MayResendUnder("u", attempt, time.Second)).To(BeFalse(), "an attempt time ahead of the clock is reused")
+	clock.SetTime(t0.Add(5 * time.Second))
+	g.Expect(f.MayResendUnder("u", attempt, time.Second)).To(BeTrue())
+}
+
+// A wait ends once its time has passed on the monotonic clock, whatever the wall clock
+// says.
+func TestInFlightWaitEnds(t *testing.T) {
+	g := NewWithT(t)
+	t0 := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	clock := clocktesting.NewFakePassiveClock(t0)
+	f := &registrar.InFlight{Quarantine: 50 * time.Millisecond, Clock: clock}
+	_, waiting := f.MayStillBeInFlight("u", t0)
+	g.Expect(waiting).To(BeTrue())
+	clock.SetTime(t0.Add(-time.Hour)) // the wall clock stands still, behind
+	time.Sleep(60 * time.Millisecond)
+	_, waiting = f.MayStillBeInFlight("u", t0)
+	g.Expect(waiting).To(BeFalse())
 }

@@ -69,7 +69,7 @@ func New(c client.Client, reader client.Reader, clients ClientFactory, cfg Confi
 		Secrets:  &Secrets{Reader: reader, Writer: c, Default: cfg.DefaultSecret},
 		Clients:  clients,
 		Config:   cfg,
-		InFlight: &InFlight{Reader: c, Quarantine: cfg.Quarantine()},
+		InFlight: &InFlight{Reader: c, Quarantine: cfg.Quarantine(), Clock: cfg.Clock},
 		Wake:     make(chan event.GenericEvent, 4096),
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"regexp"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,12 +15,16 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/lbservice"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/localcluster"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/manager"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi/sim"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/test/chaos"
 )
 
 // The chaos scenarios run short in make test and at full size in make test-chaos
@@ -68,23 +73,23 @@ func createClaims(t *testing.T, ns string, n int) []*ipamv1.IPAddressClaim {
 	return claims
 }
 
-// parallel runs do for every claim from 8 goroutines and fails on the first error.
-func parallel(t *testing.T, claims []*ipamv1.IPAddressClaim, do func(*ipamv1.IPAddressClaim) error) {
+// parallel runs do for every object from 8 goroutines and fails on the first error.
+func parallel[T client.Object](t *testing.T, objs []T, do func(T) error) {
 	t.Helper()
-	work := make(chan *ipamv1.IPAddressClaim)
-	errs := make(chan error, len(claims))
+	work := make(chan T)
+	errs := make(chan error, len(objs))
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Go(func() {
-			for c := range work {
-				if err := do(c); err != nil {
-					errs <- fmt.Errorf("%s: %w", c.Name, err)
+			for o := range work {
+				if err := do(o); err != nil {
+					errs <- fmt.Errorf("%s: %w", o.GetName(), err)
 				}
 			}
 		})
 	}
-	for _, c := range claims {
-		work <- c
+	for _, o := range objs {
+		work <- o
 	}
 	close(work)
 	wg.Wait()
@@ -92,6 +97,53 @@ func parallel(t *testing.T, claims []*ipamv1.IPAddressClaim, do func(*ipamv1.IPA
 	for err := range errs {
 		t.Fatal(err)
 	}
+}
+
+// deleteAll deletes every object from 8 goroutines (those gone already are fine).
+func deleteAll[T client.Object](t *testing.T, objs []T) {
+	t.Helper()
+	parallel(t, objs, func(o T) error { return client.IgnoreNotFound(a.Client.Delete(context.Background(), o)) })
+}
+
+// createServices creates n dual-stack LoadBalancer Services in ns, of zone inet, their
+// addresses owned by ns's Secret "owner".
+func createServices(t *testing.T, ns string, n int) []*corev1.Service {
+	t.Helper()
+	svcs := make([]*corev1.Service, n)
+	for i := range svcs {
+		name := fmt.Sprintf("web-%03d", i)
+		svcs[i] = &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: map[string]string{
+				ipamv1alpha1.ZoneAnnotation: "inet", ipamv1alpha1.IPFamilyAnnotation: "dual", ipamv1alpha1.SecretAnnotation: "owner"}},
+			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Selector: map[string]string{"app": name},
+				IPFamilyPolicy: ptr.To(corev1.IPFamilyPolicyRequireDualStack), IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol},
+				Ports: []corev1.ServicePort{{Name: "https", Port: 443}}},
+		}
+	}
+	parallel(t, svcs, func(s *corev1.Service) error { return a.Client.Create(context.Background(), s) })
+	return svcs
+}
+
+// countServices returns how many of ns's Services have their two addresses, and how
+// many there are.
+func countServices(ctx context.Context, ns string) (allocated, total int, err error) {
+	list := &corev1.ServiceList{}
+	if err := a.Client.List(ctx, list, client.InNamespace(ns)); err != nil {
+		return 0, 0, err
+	}
+	for _, s := range list.Items {
+		if ips := s.Annotations[lbservice.MetalLBLoadBalancerIPsAnnotation]; strings.Count(ips, ",") == 1 {
+			allocated++
+		}
+	}
+	return allocated, len(list.Items), nil
+}
+
+// waitServices waits until ns's Services all have their addresses (n > 0) or are all
+// gone (n == 0).
+func waitServices(t *testing.T, ns string, n int, within time.Duration) {
+	t.Helper()
+	waitCounted(t, "Service", countServices, ns, n, within)
 }
 
 // countClaims returns how many of ns's claims are bound, and how many there are.
@@ -111,148 +163,252 @@ func countClaims(ctx context.Context, ns string) (bound, total int, err error) {
 // waitClaims waits until ns's claims are all bound (n > 0) or all gone (n == 0).
 func waitClaims(t *testing.T, ns string, n int, within time.Duration) {
 	t.Helper()
+	waitCounted(t, "claim", countClaims, ns, n, within)
+}
+
+// waitCounted waits until count finds n of ns's objects done (n > 0) or none left
+// (n == 0).
+func waitCounted(t *testing.T, kind string, count func(context.Context, string) (done, total int, err error), ns string, n int, within time.Duration) {
+	t.Helper()
 	newG(t).Eventually(func(g Gomega) {
-		bound, total, err := countClaims(context.Background(), ns)
+		done, total, err := count(context.Background(), ns)
 		g.Expect(err).NotTo(HaveOccurred())
 		if n == 0 {
-			g.Expect(total).To(BeZero(), "not every claim was deleted")
+			g.Expect(total).To(BeZero(), "not every %s was deleted", kind)
 		} else {
-			g.Expect(bound).To(Equal(n), "not every claim was bound")
+			g.Expect(done).To(Equal(n), "not every %s was bound", kind)
 		}
 	}).WithTimeout(within).WithPolling(time.Second).Should(Succeed())
 }
 
-// killer kills the leading manager at random moments and keeps one standby replica
-// running besides the leader: after a kill, one of the replicas left takes the Lease
-// over, and a new standby is started.
-type killer struct {
-	t        *testing.T
-	managers []*localcluster.Manager // every one started, for the canary scan
-	live     []*localcluster.Manager // the leader (aMgr) and the standbys
-	kills    int
+// replicas keeps the leader and one standby replica of the manager running, with
+// extra arguments and the chaos leader-election timings. disruptSome kills the leader,
+// or restarts the control plane, at random moments of some work; a replica left takes
+// the Lease over each time (one that lost its Lease exits, as a Pod's container does),
+// and new standbys are started.
+type replicas struct {
+	t           *testing.T
+	args        []string
+	managers    []*localcluster.Manager // every one started, for the canary scan
+	live        []*localcluster.Manager
+	disruptions int
 }
 
-func newKiller(t *testing.T) *killer {
-	k := &killer{t: t, managers: []*localcluster.Manager{aMgr}, live: []*localcluster.Manager{aMgr}}
-	k.startStandby()
-	return k
+// newReplicas hands the work over from aMgr to replicas started with extra arguments:
+// aMgr stops (releasing its Lease) once two of them run.
+func newReplicas(t *testing.T, extra ...string) *replicas {
+	r := &replicas{t: t, args: append(slices.Clone(chaosManagerArgs), extra...)}
+	r.replenish()
+	aMgr.Stop()
+	r.waitLeader()
+	return r
 }
 
-func (k *killer) startStandby() {
-	k.t.Helper()
-	m, err := a.StartManager(context.Background(), nil, chaosManagerArgs...)
-	newG(k.t).Expect(err).NotTo(HaveOccurred())
-	k.managers = append(k.managers, m)
-	k.live = append(k.live, m)
+// replenish drops the replicas that ended and starts standbys until two run.
+func (r *replicas) replenish() {
+	r.t.Helper()
+	r.live = slices.DeleteFunc(r.live, func(m *localcluster.Manager) bool {
+		exited, _ := m.Exited()
+		return exited
+	})
+	for len(r.live) < 2 {
+		m, err := a.StartManager(context.Background(), nil, r.args...)
+		newG(r.t).Expect(err).NotTo(HaveOccurred())
+		r.managers = append(r.managers, m)
+		r.live = append(r.live, m)
+	}
 }
 
 var acquiredLease = regexp.MustCompile(`(?i)successfully acquired lease`)
 
 // leader returns the live replica that holds the Lease (a replica takes it once in its
 // life: it exits when it loses it), or nil.
-func (k *killer) leader() *localcluster.Manager {
-	for _, m := range k.live {
-		if acquiredLease.MatchString(m.Logs()) {
+func (r *replicas) leader() *localcluster.Manager {
+	for _, m := range r.live {
+		if exited, _ := m.Exited(); !exited && acquiredLease.MatchString(m.Logs()) {
 			return m
 		}
 	}
 	return nil
 }
 
-// killSome kills the leader n times at random moments of some work: kill i comes once
+func (r *replicas) waitLeader() *localcluster.Manager {
+	r.t.Helper()
+	var leader *localcluster.Manager
+	newG(r.t).Eventually(func() *localcluster.Manager {
+		leader = r.leader()
+		return leader
+	}).WithTimeout(timeout).ShouldNot(BeNil(), "no replica leads")
+	return leader
+}
+
+// killLeader is a disruption: the leading replica is killed with kill -9.
+func (r *replicas) killLeader() {
+	r.waitLeader().Kill()
+}
+
+// restartControlPlane is a disruption: kube-apiserver and etcd stop for down and start
+// again.
+func (r *replicas) restartControlPlane(down time.Duration) func() {
+	return func() { newG(r.t).Expect(a.RestartAPIServer(down)).To(Succeed()) }
+}
+
+// disruptSome disrupts n times at random moments of some work: disruption i comes once
 // progress reports a random share, within the i-th of n slices, of the work done; it
-// stops early when the work is done.
-func (k *killer) killSome(n int, progress func() (done, total int)) {
-	k.t.Helper()
+// stops early when the work is done. After each, a replica leads again.
+func (r *replicas) disruptSome(n int, progress func() (done, total int), disrupt func()) {
+	r.t.Helper()
 	for i := range n {
 		share := (float64(i) + rand.Float64()) / float64(n+1)
 		var done, total int
-		newG(k.t).Eventually(func() bool {
+		newG(r.t).Eventually(func() bool {
 			done, total = progress()
 			return total > 0 && (done >= total || float64(done) >= share*float64(total))
 		}).WithTimeout(10 * timeout).WithPolling(10 * time.Millisecond).Should(BeTrue())
 		if done >= total {
 			return
 		}
-		var leader *localcluster.Manager
-		newG(k.t).Eventually(func() *localcluster.Manager {
-			leader = k.leader()
-			return leader
-		}).WithTimeout(timeout).ShouldNot(BeNil(), "no replica leads")
-		leader.Kill()
-		k.kills++
-		k.live = slices.DeleteFunc(k.live, func(m *localcluster.Manager) bool { return m == leader })
-		k.startStandby()
-		// One of the others takes over once the dead one's Lease runs out.
-		newG(k.t).Eventually(func() *localcluster.Manager { return k.leader() }).WithTimeout(timeout).
-			ShouldNot(BeNil(), "no standby took over")
+		disrupt()
+		r.disruptions++
+		r.replenish()
+		r.waitLeader()
 	}
 }
 
 // stop ends the standbys; the leader runs on as aMgr for the next tests and serves the
 // webhooks.
-func (k *killer) stop() {
-	k.t.Helper()
-	leader := k.leader()
-	newG(k.t).Expect(leader).NotTo(BeNil(), "no replica leads")
-	for _, m := range k.live {
+func (r *replicas) stop() {
+	r.t.Helper()
+	leader := r.waitLeader()
+	for _, m := range r.live {
 		if m != leader {
 			m.Stop()
 		}
 	}
-	k.live = []*localcluster.Manager{leader}
+	r.live = []*localcluster.Manager{leader}
 	aMgr = leader
-	newG(k.t).Expect(a.RouteWebhooksTo(context.Background(), leader)).To(Succeed())
+	newG(r.t).Expect(a.RouteWebhooksTo(context.Background(), leader)).To(Succeed())
 }
 
-// A burst of claims (routed and subnet pools mixed) while the leading manager is
-// killed with kill -9 again and again and a standby replica takes over each time; then
-// every claim is deleted, again with kills. Nothing leaks, nothing is bound twice, no
-// finalizer is left behind, and no secret value shows anywhere.
+// A burst of claims (routed and subnet pools mixed) and dual-stack LoadBalancer
+// Services while the leading manager is killed with kill -9 again and again and a
+// standby replica takes over each time; then everything is deleted, again with kills.
+// Nothing leaks, nothing is bound twice, no finalizer is left behind, and no secret
+// value shows anywhere.
 func TestChaosManagerKilled(t *testing.T) {
-	n, kills := 60, 2
-	if chaosFull() {
-		n, kills = 1000, 5
+	n, services, kills := 60, 10, 2
+	if chaos.Full() {
+		n, services, kills = 1000, 50, 5
 	}
 	g := newG(t)
 	ctx := context.Background()
 	start := time.Now()
 	ns, secretValue := chaosPools(t, "chaos-kill", "10.60.0.0/22", "10.60.0.1")
-	nsUIDs := map[string]bool{uidOf(t, a, ns): true}
+	svcNS := newNamespace(t, a, "chaos-kill-svc")
+	svcSecret := canary("chaos-kill-svc")
+	newSecret(t, a, svcNS, "owner", svcSecret)
+	newGlobalPool(t, a, "chaos-inet-ipv4", "inet", ipamv1alpha1.IPv4)
+	newGlobalPool(t, a, "chaos-inet-ipv6", "inet", ipamv1alpha1.IPv6)
+	nsUIDs := map[string]bool{uidOf(t, a, ns): true, uidOf(t, a, svcNS): true}
+	// The Service controller and its webhook, as on a management cluster that serves
+	// Services too.
+	webhook, err := a.InstallServiceWebhook(ctx, providerVars())
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = a.RemoveServiceWebhook(ctx, webhook) })
 	// Slower answers, so that kills land with registrations in flight.
 	g.Expect(ipamAPI.SetFaults(ctx, sim.Faults{Latency: 100 * time.Millisecond, LatencyJitter: 100 * time.Millisecond})).To(Succeed())
 	t.Cleanup(func() { _ = ipamAPI.SetFaults(ctx, sim.Faults{}) })
-	k := newKiller(t)
-	t.Cleanup(k.stop)
+	r := newReplicas(t, "--enable-service-controller", "--default-secret-namespace="+manager.ProviderNamespace)
+	t.Cleanup(r.stop)
 
 	claims := createClaims(t, ns, n)
-	k.killSome(kills, func() (int, int) {
+	svcs := createServices(t, svcNS, services)
+	r.disruptSome(kills, func() (int, int) {
 		bound, _, _ := countClaims(ctx, ns)
-		return bound, n
-	})
+		allocated, _, _ := countServices(ctx, svcNS)
+		return bound + allocated, n + services
+	}, r.killLeader)
 	waitClaims(t, ns, n, 10*timeout)
+	waitServices(t, svcNS, services, 5*timeout)
 	bound := settledAccounts(t, a, nsUIDs)
 	g.Expect(bound.zero()).To(BeTrue())
 
 	// Delete everything, with kills.
-	killsWhileBinding := k.kills
-	parallel(t, claims, func(c *ipamv1.IPAddressClaim) error { return client.IgnoreNotFound(a.Client.Delete(ctx, c)) })
-	k.killSome(kills, func() (int, int) {
+	killsWhileBinding := r.disruptions
+	deleteAll(t, claims)
+	deleteAll(t, svcs)
+	r.disruptSome(kills, func() (int, int) {
+		_, claimsLeft, _ := countClaims(ctx, ns)
+		_, svcsLeft, _ := countServices(ctx, svcNS)
+		return n + services - claimsLeft - svcsLeft, n + services
+	}, r.killLeader)
+	waitClaims(t, ns, 0, 10*timeout)
+	waitServices(t, svcNS, 0, 5*timeout)
+	end := settledAccounts(t, a, nsUIDs)
+	stats, err := ipamAPI.Stats(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(stats.OverlappingRegistrations).To(BeZero(), "two registrations of one identity were in flight at once")
+	found := canariesFound(t, a, r.managers, []string{secretValue, svcSecret})
+	g.Expect(found).To(BeEmpty(), "a secret value shows")
+	t.Logf("%d claims and %d Services, %d kills while binding, %d while deleting", n, services, killsWhileBinding, r.disruptions-killsWhileBinding)
+	g.Expect(killsWhileBinding).To(BeNumerically(">", 0), "no kill landed while the claims were binding: the scenario proved nothing")
+	recordChaos(t, chaos.Row{Scenario: "manager kill -9 during burst and deletes (standby takes over)", Claims: n, Services: services, Kills: r.disruptions,
+		Duration: time.Since(start), Leaked: len(end.Leaked), Duplicated: len(end.Duplicated), Orphaned: len(end.Orphaned),
+		Stuck: len(end.Stuck), Canaries: len(found)})
+}
+
+// kube-apiserver and etcd stop and start again (as when their host reboots) during a
+// burst of claims and during their deletes: the leader loses its Lease and exits, a
+// replica takes over once the API server is back, and every claim is bound once and
+// released once.
+func TestChaosControlPlaneRestarted(t *testing.T) {
+	n, restarts, down := 40, 1, 5*time.Second
+	if chaos.Full() {
+		n, restarts, down = 500, 2, 20*time.Second
+	}
+	g := newG(t)
+	ctx := context.Background()
+	start := time.Now()
+	ns, secretValue := chaosPools(t, "chaos-restart", "10.63.0.0/22", "10.63.0.1")
+	nsUIDs := map[string]bool{uidOf(t, a, ns): true}
+	g.Expect(ipamAPI.SetFaults(ctx, sim.Faults{Latency: 50 * time.Millisecond, LatencyJitter: 50 * time.Millisecond})).To(Succeed())
+	t.Cleanup(func() { _ = ipamAPI.SetFaults(ctx, sim.Faults{}) })
+	r := newReplicas(t)
+	t.Cleanup(r.stop)
+
+	claims := createClaims(t, ns, n)
+	r.disruptSome(restarts, func() (int, int) {
+		bound, _, _ := countClaims(ctx, ns)
+		return bound, n
+	}, r.restartControlPlane(down))
+	waitClaims(t, ns, n, 10*timeout)
+	bound := settledAccounts(t, a, nsUIDs)
+	g.Expect(bound.zero()).To(BeTrue())
+	whileBinding := r.disruptions
+
+	deleteAll(t, claims)
+	r.disruptSome(restarts, func() (int, int) {
 		_, left, _ := countClaims(ctx, ns)
 		return n - left, n
-	})
+	}, r.restartControlPlane(down))
 	waitClaims(t, ns, 0, 10*timeout)
 	end := settledAccounts(t, a, nsUIDs)
 	stats, err := ipamAPI.Stats(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(stats.OverlappingRegistrations).To(BeZero(), "two registrations of one identity were in flight at once")
-	found := canariesFound(t, a, k.managers, []string{secretValue})
+	found := canariesFound(t, a, r.managers, []string{secretValue})
 	g.Expect(found).To(BeEmpty(), "a secret value shows")
-	t.Logf("%d claims, %d kills while binding, %d while deleting", n, killsWhileBinding, k.kills-killsWhileBinding)
-	g.Expect(killsWhileBinding).To(BeNumerically(">", 0), "no kill landed while the claims were binding: the scenario proved nothing")
-	recordChaos(chaosRow{Scenario: "manager kill -9 during burst and deletes (standby takes over)", Claims: n, Kills: k.kills,
-		Duration: time.Since(start), Leaked: len(end.Leaked), Duplicated: len(end.Duplicated), Orphaned: len(end.Orphaned),
-		Stuck: len(end.Stuck), Canaries: len(found)})
+	lost := 0
+	for _, m := range r.managers {
+		if strings.Contains(m.Logs(), "leader election lost") {
+			lost++
+		}
+	}
+	t.Logf("%d claims, %d restarts while binding, %d while deleting; %d replicas lost their Lease", n, whileBinding, r.disruptions-whileBinding, lost)
+	g.Expect(whileBinding).To(BeNumerically(">", 0), "no restart landed while the claims were binding: the scenario proved nothing")
+	recordChaos(t, chaos.Row{Scenario: fmt.Sprintf("kube-apiserver and etcd down %s during burst and deletes (leader exits, standby takes over)", down),
+		Claims: n, Kills: r.disruptions, Duration: time.Since(start), Leaked: len(end.Leaked), Duplicated: len(end.Duplicated),
+		Orphaned: len(end.Orphaned), Stuck: len(end.Stuck), Canaries: len(found)})
 }
 
 // The IPAM-API misbehaves for the whole run: 20 % of requests answered 503 and 500 ms
@@ -262,7 +418,7 @@ func TestChaosManagerKilled(t *testing.T) {
 func TestChaosIPAMAPIFaults(t *testing.T) {
 	n, phase := 30, 3*time.Second
 	latency := 500 * time.Millisecond
-	if chaosFull() {
+	if chaos.Full() {
 		n, phase = 300, 20*time.Second
 	}
 	g := newG(t)
@@ -294,7 +450,7 @@ func TestChaosIPAMAPIFaults(t *testing.T) {
 
 	// Deleting under the same faults.
 	deleteStart := time.Now()
-	parallel(t, claims, func(c *ipamv1.IPAddressClaim) error { return client.IgnoreNotFound(a.Client.Delete(ctx, c)) })
+	deleteAll(t, claims)
 	waitClaims(t, ns, 0, 10*timeout)
 	t.Logf("%d claims bound in %s, deleted in %s", n, bindTime.Round(time.Second), time.Since(deleteStart).Round(time.Second))
 	set(sim.Faults{})
@@ -306,7 +462,7 @@ func TestChaosIPAMAPIFaults(t *testing.T) {
 	g.Expect(after.OverlappingRegistrations).To(Equal(before.OverlappingRegistrations), "two registrations of one identity were in flight at once")
 	found := canariesFound(t, a, []*localcluster.Manager{aMgr}, []string{secretValue})
 	g.Expect(found).To(BeEmpty(), "a secret value shows")
-	recordChaos(chaosRow{Scenario: "IPAM-API: 20 % 503 and +500 ms throughout; a phase of its HTML page; a phase of 20 % answers lost", Claims: n, Faults: faults,
+	recordChaos(t, chaos.Row{Scenario: "IPAM-API: 20 % 503 and +500 ms throughout; a phase of its HTML page; a phase of 20 % answers lost", Claims: n, Faults: faults,
 		Duration: time.Since(start), Leaked: len(end.Leaked), Duplicated: len(end.Duplicated), Orphaned: len(end.Orphaned),
 		Stuck: len(end.Stuck), Canaries: len(found)})
 }
@@ -317,7 +473,7 @@ func TestChaosIPAMAPIFaults(t *testing.T) {
 // address is released and everything goes.
 func TestChaosIPAMAPIDownWhileDeleting(t *testing.T) {
 	n, down := 20, 5*time.Second
-	if chaosFull() {
+	if chaos.Full() {
 		n, down = 200, 60*time.Second
 	}
 	g := newG(t)
@@ -354,7 +510,7 @@ func TestChaosIPAMAPIDownWhileDeleting(t *testing.T) {
 	end := settledAccounts(t, a, nsUIDs)
 	found := canariesFound(t, a, []*localcluster.Manager{aMgr}, []string{secretValue})
 	g.Expect(found).To(BeEmpty(), "a secret value shows")
-	recordChaos(chaosRow{Scenario: fmt.Sprintf("IPAM-API unreachable %s while claims and their namespace are deleted", down), Claims: n,
+	recordChaos(t, chaos.Row{Scenario: fmt.Sprintf("IPAM-API unreachable %s while claims and their namespace are deleted", down), Claims: n,
 		Faults: refused, Duration: time.Since(start), Leaked: len(end.Leaked), Duplicated: len(end.Duplicated), Orphaned: len(end.Orphaned),
 		Stuck: len(end.Stuck), Canaries: len(found)})
 }

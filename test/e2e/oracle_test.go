@@ -10,21 +10,25 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/localcluster"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/record"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/test/chaos"
 )
 
 // accounts is what the accounting oracle finds at a quiet moment, for the identities of
@@ -189,10 +193,10 @@ func canary(name string) string {
 	return "canary-" + name + "-" + hex.EncodeToString(b)
 }
 
-// canariesFound counts the places where one of values shows: every object of the kinds
-// the provider and Kubernetes write about claims (all namespaces, managedFields
-// included; Secrets without their data), events, Leases, the managers' logs and
-// metrics, and the stand-in's log.
+// canariesFound counts the places where one of values shows: every object of every
+// resource the API server lists (found by discovery; all namespaces, managedFields
+// included; Secrets without their data), the managers' logs and metrics, and the
+// stand-in's log.
 func canariesFound(t *testing.T, cp *localcluster.ControlPlane, managers []*localcluster.Manager, values []string) []string {
 	t.Helper()
 	ctx := context.Background()
@@ -202,17 +206,35 @@ func canariesFound(t *testing.T, cp *localcluster.ControlPlane, managers []*loca
 		newG(t).Expect(err).NotTo(HaveOccurred())
 		haystacks = append(haystacks, what+": "+string(b))
 	}
-	for _, list := range []client.ObjectList{&ipamv1.IPAddressClaimList{}, &ipamv1.IPAddressList{}, &ipamv1alpha1.VitistackIPPoolList{},
-		&ipamv1alpha1.GlobalVitistackIPPoolList{}, &corev1.EventList{}, &corev1.ServiceList{}, &corev1.ConfigMapList{},
-		&corev1.NamespaceList{}, &coordinationv1.LeaseList{}} {
-		newG(t).Expect(cp.Client.List(ctx, list)).To(Succeed())
-		add(fmt.Sprintf("%T", list), list)
+	// Every resource the API server lists, in every namespace (Secrets without their
+	// data: the value belongs there).
+	cfg := rest.CopyConfig(cp.Config)
+	cfg.WarningHandler = rest.NoWarnings{} // deprecated kinds are listed too
+	disco, err := discovery.NewDiscoveryClientForConfig(cfg)
+	newG(t).Expect(err).NotTo(HaveOccurred())
+	dyn, err := dynamic.NewForConfig(cfg)
+	newG(t).Expect(err).NotTo(HaveOccurred())
+	lists, err := disco.ServerPreferredResources()
+	newG(t).Expect(err).NotTo(HaveOccurred())
+	kinds := 0
+	for _, rl := range discovery.FilteredBy(discovery.SupportsAllVerbs{Verbs: []string{"list"}}, lists) {
+		gv, err := schema.ParseGroupVersion(rl.GroupVersion)
+		newG(t).Expect(err).NotTo(HaveOccurred())
+		for _, res := range rl.APIResources {
+			gvr := gv.WithResource(res.Name)
+			items, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{})
+			newG(t).Expect(err).NotTo(HaveOccurred(), "listing %s", gvr)
+			kinds++
+			for _, item := range items.Items {
+				if gvr.Group == "" && res.Name == "secrets" {
+					delete(item.Object, "data")
+					delete(item.Object, "stringData")
+				}
+				add(gvr.String(), item.Object)
+			}
+		}
 	}
-	secrets := &corev1.SecretList{}
-	newG(t).Expect(cp.Client.List(ctx, secrets)).To(Succeed())
-	for _, s := range secrets.Items {
-		add("Secret metadata", s.ObjectMeta) // the value itself is in data, where it belongs
-	}
+	newG(t).Expect(kinds).To(BeNumerically(">", 40), "discovery found too few resources to scan")
 	for _, m := range managers {
 		haystacks = append(haystacks, m.Name+" log: "+m.Logs())
 		if exited, _ := m.Exited(); !exited {
@@ -233,54 +255,29 @@ func canariesFound(t *testing.T, cp *localcluster.ControlPlane, managers []*loca
 	return found
 }
 
-// chaosRow is one line of make test-chaos's summary.
-type chaosRow struct {
-	Scenario                            string
-	Claims, Services, Kills, Faults     int
-	Duration                            time.Duration
-	Leaked, Duplicated, Orphaned, Stuck int
-	Canaries                            int
+// recordChaos keeps a scenario's row for the summary table.
+func recordChaos(t *testing.T, r chaos.Row) {
+	t.Helper()
+	newG(t).Expect(chaos.Record(r)).To(Succeed())
 }
 
-var (
-	chaosMu   sync.Mutex
-	chaosRows []chaosRow
-)
-
-func recordChaos(r chaosRow) {
-	chaosMu.Lock()
-	defer chaosMu.Unlock()
-	chaosRows = append(chaosRows, r)
-}
-
-// chaosFull reports whether the scenarios run at full size (make test-chaos) rather
-// than the short version make test runs.
-func chaosFull() bool { return os.Getenv("E2E_CHAOS") == "full" }
-
-// writeChaosSummary prints the scenarios' table and, when E2E_CHAOS_SUMMARY names a
-// file, writes it there (make test-chaos: out/chaos/summary.md).
+// writeChaosSummary prints the scenarios' table (with CHAOS_ROWS, every suite's rows)
+// and, when E2E_CHAOS_SUMMARY names a file, writes it there (make test-chaos:
+// out/chaos/summary.md).
 func writeChaosSummary() {
-	chaosMu.Lock()
-	defer chaosMu.Unlock()
-	if len(chaosRows) == 0 {
+	rows, err := chaos.Rows()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: reading the chaos rows:", err)
 		return
 	}
-	size := "short (make test)"
-	if chaosFull() {
-		size = "full (make test-chaos)"
+	if len(rows) == 0 {
+		return
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "Chaos scenarios, %s size, %s\n\n", size, time.Now().UTC().Format("2006-01-02 15:04 MST"))
-	b.WriteString("| scenario | claims | Services | kills | faults injected | duration | leaked | duplicated | orphaned | stuck | canaries found |\n")
-	b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
-	for _, r := range chaosRows {
-		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %s | %d | %d | %d | %d | %d |\n", r.Scenario, r.Claims, r.Services, r.Kills, r.Faults,
-			r.Duration.Round(time.Second), r.Leaked, r.Duplicated, r.Orphaned, r.Stuck, r.Canaries)
-	}
-	fmt.Print("\n" + b.String())
+	table := chaos.Table(rows, time.Now())
+	fmt.Print("\n" + table)
 	if f := os.Getenv("E2E_CHAOS_SUMMARY"); f != "" {
 		if err := os.MkdirAll(filepath.Dir(f), 0o755); err == nil {
-			_ = os.WriteFile(f, []byte(b.String()), 0o644)
+			_ = os.WriteFile(f, []byte(table), 0o644)
 		}
 	}
 }

@@ -152,7 +152,7 @@ func (a *Adapter) wakeAt(claim client.Object, t time.Time) {
 		w.timer.Stop()
 	}
 	obj := claim.DeepCopyObject().(client.Object)
-	a.timers[uid] = wake{at: t, timer: time.AfterFunc(time.Until(t)+10*time.Millisecond, func() {
+	a.timers[uid] = wake{at: t, timer: time.AfterFunc(t.Sub(a.InFlight.Now())+10*time.Millisecond, func() {
 		a.timersMu.Lock()
 		delete(a.timers, uid)
 		a.timersMu.Unlock()

@@ -143,7 +143,7 @@ func (h *Handler) send(ctx context.Context, api ipamapi.Client, sec *registrar.S
 // record, and only then is anything sent under it.
 func (h *Handler) writePending(ctx context.Context, reg *record.Registration, sec *registrar.Secret) *outcome {
 	if !h.pendingWritten(reg) {
-		reg.Attempt = time.Now().UTC()
+		reg.Attempt = h.InFlight.AttemptTime()
 		if err := h.writeRecord(ctx, reg, map[string]*string{ipamv1alpha1.RefusedInputsAnnotation: nil}); err != nil {
 			o := transient(err)
 			return &o

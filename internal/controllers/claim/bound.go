@@ -252,4 +252,4 @@ func (h *Handler) ownedBy(ctx context.Context, rec *record.Registration, ref rec
 	return false, err
 }
 
-func (h *Handler) nextSecretLook() time.Time { return time.Now().Add(h.secretRecheck()) }
+func (h *Handler) nextSecretLook() time.Time { return h.InFlight.Now().Add(h.secretRecheck()) }

@@ -1,0 +1,185 @@
+package controllers_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/manager"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi/sim"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/test/chaos"
+)
+
+// jumpingClock is the host's clock moved by an offset the test sets: the manager's
+// host clock jumping (NTP stepping it, a VM resumed, an operator's date -s).
+type jumpingClock struct{ offset atomic.Int64 }
+
+func (c *jumpingClock) Now() time.Time                  { return time.Now().Add(time.Duration(c.offset.Load())) }
+func (c *jumpingClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
+func (c *jumpingClock) jump(to time.Duration)           { c.offset.Store(int64(to)) }
+
+// startManagerWithClock restarts the manager with clock as its wall clock, and with
+// the suite's options again after the test; it returns the options it started with.
+func startManagerWithClock(t *testing.T, clock *jumpingClock) manager.Options {
+	t.Helper()
+	g := NewWithT(t)
+	opts := mgrOpts
+	opts.Clock = clock
+	g.Expect(env.StopManager()).To(Succeed())
+	g.Expect(env.StartManager(ctx, opts)).To(Succeed())
+	t.Cleanup(func() {
+		g.Expect(env.StopManager()).To(Succeed())
+		g.Expect(env.StartManager(ctx, mgrOpts)).To(Succeed())
+	})
+	return opts
+}
+
+// The manager dies just after the IPAM-API registered an address whose answer was
+// lost, and comes back on a host whose clock was set back an hour (a VM restored from
+// a snapshot, NTP stepping a clock that ran fast). The new process finds the claim's
+// pending attempt an hour "in the future": it waits the request out for one quarantine
+// (4 s here), not for an hour more, then binds the address the IPAM-API registered,
+// without a second registration.
+func TestClockBackAfterACrash(t *testing.T) {
+	g := NewWithT(t)
+	clock := &jumpingClock{}
+	opts := startManagerWithClock(t, clock)
+	ns := newNamespace(t)
+	api, pool := answerLostOnce(t, ns.Name)
+
+	claim := newClaim(t, ns.Name, "late", pool.Name, nil)
+	me := sim.ServiceRef{ServiceName: "late", NamespaceID: string(ns.UID), ClusterID: uidOf(t, "kube-system")}
+	g.Eventually(func() []sim.Registration { return api.HeldBy(me) }, eventually, poll).Should(HaveLen(1))
+	g.Eventually(func() string { return recordOf(t, claim) }, eventually, poll).Should(ContainSubstring(`"attempt"`))
+	g.Expect(env.StopManager()).To(Succeed())
+	clock.jump(-time.Hour)
+	g.Expect(env.StartManager(ctx, opts)).To(Succeed())
+
+	addr := boundAddress(t, claim)
+	g.Expect(addr.Spec.Address + "/32").To(Equal(api.HeldBy(me)[0].Address))
+	g.Expect(api.HeldBy(me)).To(HaveLen(1), "a second registration")
+	g.Expect(api.Stats().OverlappingRegistrations).To(BeZero())
+}
+
+// The clock jumps forward and back by up to two hours, every 50 ms, while a burst of
+// claims of a routed and a subnet pool is bound and deleted, with one registration
+// answer in ten lost: every claim is bound once, to its own address, nothing is
+// registered twice at once, and everything is released.
+func TestClockJumpsDuringABurst(t *testing.T) {
+	n := 60
+	if chaos.Full() {
+		n = 400
+	}
+	g := NewWithT(t)
+	start := time.Now()
+	clock := &jumpingClock{}
+	startManagerWithClock(t, clock)
+	ns := newNamespace(t)
+	api, url, stop := env.ExtraSim()
+	t.Cleanup(stop)
+	routed := routedPool("hnet-private", ipamv1alpha1.IPv4)
+	routed.Endpoint = url
+	subnet := subnetPool("hnet-private", ipamv1alpha1.IPv4, "10.77.0.0/22", "10.77.0.1")
+	subnet.Endpoint = url
+	newPool(t, ns.Name, "routed", routed)
+	newPool(t, ns.Name, "subnet", subnet)
+	g.Expect(api.SetFaults(sim.Faults{Latency: 5 * time.Millisecond, LatencyJitter: 20 * time.Millisecond,
+		DropAfterNext: 3, DropAfterRate: 0.1, Routes: []sim.Route{sim.RouteRegister}})).To(Succeed())
+
+	var jumps atomic.Int64
+	done := make(chan struct{})
+	var jumper sync.WaitGroup
+	jumper.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(50 * time.Millisecond):
+				clock.jump(time.Duration(rand.Int64N(int64(4*time.Hour))) - 2*time.Hour)
+				jumps.Add(1)
+			}
+		}
+	})
+	t.Cleanup(func() { close(done); jumper.Wait() })
+
+	claims := make([]*ipamv1.IPAddressClaim, n)
+	var wg sync.WaitGroup
+	for i := range claims {
+		pool := "routed"
+		if i%2 == 1 {
+			pool = "subnet"
+		}
+		wg.Go(func() { claims[i] = newClaim(t, ns.Name, fmt.Sprintf("node-%03d", i), pool, nil) })
+	}
+	wg.Wait()
+	g.Eventually(func(g Gomega) {
+		list := &ipamv1.IPAddressClaimList{}
+		g.Expect(env.Client.List(ctx, list, client.InNamespace(ns.Name))).To(Succeed())
+		bound := 0
+		for _, c := range list.Items {
+			if c.Status.AddressRef.Name != "" {
+				bound++
+			}
+		}
+		g.Expect(bound).To(Equal(n), "claims bound")
+	}, 3*time.Minute, 500*time.Millisecond).Should(Succeed())
+
+	// Every claim has its own address, and it is the one the IPAM-API holds for it.
+	var duplicated, orphaned []string
+	seen := map[string]string{}
+	for _, c := range claims {
+		addr := boundAddress(t, c)
+		if other, ok := seen[addr.Spec.Address]; ok {
+			duplicated = append(duplicated, fmt.Sprintf("%s bound by %s and %s", addr.Spec.Address, other, c.Name))
+		}
+		seen[addr.Spec.Address] = c.Name
+		me := sim.ServiceRef{ServiceName: c.Name, NamespaceID: string(ns.UID), ClusterID: uidOf(t, "kube-system")}
+		held := api.HeldBy(me)
+		if len(held) != 1 || strings.TrimSuffix(held[0].Address, "/32") != addr.Spec.Address {
+			orphaned = append(orphaned, fmt.Sprintf("%s bound to %s, the IPAM-API holds %v for it", c.Name, addr.Spec.Address, held))
+		}
+	}
+	overlapping := api.Stats().OverlappingRegistrations
+
+	for _, c := range claims {
+		g.Expect(client.IgnoreNotFound(env.Client.Delete(ctx, c))).To(Succeed())
+	}
+	left := func() int {
+		list := &ipamv1.IPAddressClaimList{}
+		g.Expect(env.Client.List(ctx, list, client.InNamespace(ns.Name))).To(Succeed())
+		return len(list.Items)
+	}
+	deadline := time.Now().Add(3 * time.Minute)
+	for left() > 0 && time.Now().Before(deadline) {
+		time.Sleep(500 * time.Millisecond)
+	}
+	var leaked []string
+	for _, r := range api.Registrations() {
+		for _, h := range r.Holders {
+			if h.NamespaceID == string(ns.UID) && h.ExpiresAt == nil {
+				leaked = append(leaked, r.Address+" held by "+h.ServiceName)
+			}
+		}
+	}
+	lost := api.Stats().DroppedAfter
+	t.Logf("%d claims, %d clock jumps, %d answers lost", n, jumps.Load(), lost)
+	g.Expect(chaos.Record(chaos.Row{Scenario: "manager's clock jumps ±2 h every 50 ms during burst and deletes (envtest, injected clock; 10 % of answers lost)",
+		Claims: n, Faults: lost, Duration: time.Since(start), Leaked: len(leaked), Duplicated: len(duplicated) + overlapping,
+		Orphaned: len(orphaned), Stuck: left()})).To(Succeed())
+	g.Expect(duplicated).To(BeEmpty(), "addresses handed out twice")
+	g.Expect(overlapping).To(BeZero(), "two registrations of one identity were in flight at once")
+	g.Expect(orphaned).To(BeEmpty())
+	g.Expect(left()).To(BeZero(), "claims left")
+	g.Expect(leaked).To(BeEmpty(), "registrations not released")
+	g.Expect(jumps.Load()).To(BeNumerically(">", 0))
+	g.Expect(lost).To(BeNumerically(">=", 3), "no answer was lost: the waits were not tried")
+}
