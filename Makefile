@@ -186,12 +186,7 @@ test-go: test-assets e2e-assets ## All Go tests, without the generation and lint
 FUZZTIME ?= 30s
 .PHONY: fuzz
 fuzz: ## Fuzz every parser of outside input for FUZZTIME each (default 30s); make test runs their seed corpora. Failing inputs land in testdata/fuzz.
-	@for dir in $$(grep -l '^func Fuzz' $$(git ls-files '*_test.go') | xargs -n1 dirname | sort -u); do \
-	  for target in $$(grep -h -o '^func Fuzz[A-Za-z0-9_]*' $$dir/*_test.go | cut -d' ' -f2); do \
-	    echo "fuzzing $$target (./$$dir) for $(FUZZTIME)"; \
-	    go test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) ./$$dir || exit 1; \
-	  done; \
-	done
+	@hack/fuzz.sh $(FUZZTIME)
 
 CHAOS_FUZZTIME ?= 30s
 .PHONY: test-chaos

@@ -22,16 +22,17 @@ const (
 	ClaimPoolRef = "vitistack.spec.poolRef"
 	// AddressPoolRef indexes IPAddresses by PoolRefValue of spec.poolRef.
 	AddressPoolRef = "vitistack.spec.poolRef"
-	// ClaimRegistration indexes IPAddressClaims by the Digest of the holder key of their
-	// record.
+	// ClaimRegistration indexes IPAddressClaims by the digest of the holder key of their
+	// record (look up with ByRegistration).
 	ClaimRegistration = "vitistack.registration"
-	// AddressRegistration indexes IPAddresses by the Digest of the holder key of their
-	// record.
+	// AddressRegistration indexes IPAddresses by the digest of the holder key of their
+	// record (look up with ByRegistration).
 	AddressRegistration = "vitistack.registration"
-	// ClaimHost indexes IPAddressClaims by the Digest of the record.HostKey their record
-	// names.
+	// ClaimHost indexes IPAddressClaims by the digest of the record.HostKey their record
+	// names (look up with ByHost).
 	ClaimHost = "vitistack.host"
-	// AddressHost indexes IPAddresses by the Digest of the record.HostKey of their record.
+	// AddressHost indexes IPAddresses by the digest of the record.HostKey of their record
+	// (look up with ByHost).
 	AddressHost = "vitistack.host"
 	// ClaimSecret indexes IPAddressClaims by the Secrets (namespace/name) their record
 	// names: the owner and a rotation's target.
@@ -49,11 +50,23 @@ const (
 	ClaimClusterName = "clusterName"
 )
 
-// Digest is the index value of a key that is (nearly) one object's own, such as a
+// ByRegistration selects the IPAddressClaims or IPAddresses whose record has the holder
+// key (record.Registration.Key); the index field is the same for both kinds.
+func ByRegistration(key string) client.MatchingFields {
+	return client.MatchingFields{ClaimRegistration: digest(key)}
+}
+
+// ByHost selects the IPAddressClaims or IPAddresses whose record names the address of
+// hostKey (record.Registration.HostKey); the index field is the same for both kinds.
+func ByHost(hostKey string) client.MatchingFields {
+	return client.MatchingFields{ClaimHost: digest(hostKey)}
+}
+
+// digest is the index value of a key that is (nearly) one object's own, such as a
 // holder key of endpoint, zone, family and identity: 22 characters instead of a
 // hundred or more, kept twice per object by the cache's indexes (128 bits of SHA-256:
-// no two keys meet).
-func Digest(key string) string {
+// no two keys meet). ByRegistration and ByHost apply it to a lookup.
+func digest(key string) string {
 	sum := sha256.Sum256([]byte(key))
 	return base64.RawURLEncoding.EncodeToString(sum[:16])
 }
@@ -119,13 +132,13 @@ var indexers = []indexer{
 	}},
 	{&ipamv1.IPAddressClaim{}, ClaimRegistration, "IPAddressClaims by registration", func(o client.Object) []string {
 		if r := claimRecord(o); r != nil {
-			return []string{Digest(r.Key())}
+			return []string{digest(r.Key())}
 		}
 		return nil
 	}},
 	{&ipamv1.IPAddressClaim{}, ClaimHost, "IPAddressClaims by address", func(o client.Object) []string {
 		if r := claimRecord(o); r != nil && r.HostKey() != "" {
-			return []string{Digest(r.HostKey())}
+			return []string{digest(r.HostKey())}
 		}
 		return nil
 	}},
@@ -159,13 +172,13 @@ var indexers = []indexer{
 	}},
 	{&ipamv1.IPAddress{}, AddressRegistration, "IPAddresses by registration", func(o client.Object) []string {
 		if r := addressRecord(o); r != nil {
-			return []string{Digest(r.Key())}
+			return []string{digest(r.Key())}
 		}
 		return nil
 	}},
 	{&ipamv1.IPAddress{}, AddressHost, "IPAddresses by address", func(o client.Object) []string {
 		if r := addressRecord(o); r != nil {
-			return []string{Digest(r.HostKey())}
+			return []string{digest(r.HostKey())}
 		}
 		return nil
 	}},

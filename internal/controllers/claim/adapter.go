@@ -194,7 +194,7 @@ func (a *Adapter) sharers(ctx context.Context, o client.Object) []reconcile.Requ
 		return nil
 	}
 	list := &ipamv1.IPAddressList{}
-	if err := a.Client.List(ctx, list, client.MatchingFields{index.AddressHost: index.Digest(rec.HostKey())}); err != nil {
+	if err := a.Client.List(ctx, list, index.ByHost(rec.HostKey())); err != nil {
 		return nil
 	}
 	var reqs []reconcile.Request
