@@ -1,8 +1,10 @@
 package controllers_test
 
 import (
+	"fmt"
 	"net/netip"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -202,6 +204,9 @@ func TestDeletingClaimReleasesAddress(t *testing.T) {
 	g.Expect(held).To(BeFalse(), "after the sweep the address is free in the IPAM-API")
 }
 
+// runOctet gives each run of a test addresses of its own.
+var runOctet atomic.Int32
+
 func TestClaimConditionsForUserFixableFailures(t *testing.T) {
 	ns := newNamespace(t)
 
@@ -237,18 +242,20 @@ func TestClaimConditionsForUserFixableFailures(t *testing.T) {
 
 	t.Run("address held under another secret", func(t *testing.T) {
 		g := NewWithT(t)
+		// Addresses of this run only (go test -count=N runs it again on one stand-in).
+		held, free := fmt.Sprintf("10.99.%d.1", runOctet.Add(1)), fmt.Sprintf("10.99.%d.2", runOctet.Load())
 		// Held by someone outside the cluster, under a secret this cluster does not know.
-		registerDirect(t, `{"secret":"another-owners-secret","zone":"hnet-private","ip_family":"ipv4","address":"10.99.0.1/32",`+
+		registerDirect(t, `{"secret":"another-owners-secret","zone":"hnet-private","ip_family":"ipv4","address":"`+held+`/32",`+
 			`"service":{"service_name":"elsewhere","namespace_id":"x","cluster_id":"y"}}`)
 		pool := newPool(t, ns.Name, "shared", routedPool("hnet-private", ipamv1alpha1.IPv4))
-		thief := newClaim(t, ns.Name, "thief", pool.Name, map[string]string{"ipam.vitistack.io/addresses": "10.99.0.1"})
+		thief := newClaim(t, ns.Name, "thief", pool.Name, map[string]string{"ipam.vitistack.io/addresses": held})
 		cond := readyCondition(t, thief, metav1.ConditionFalse, "AllocationFailed")
-		g.Expect(cond.Message).To(ContainSubstring("address 10.99.0.1/32 is held under another secret"))
-		hasEvent(t, thief, corev1.EventTypeWarning, "AddressTaken", "10.99.0.1")
-		g.Expect(holdersOf("10.99.0.1/32")).To(HaveLen(1), "the owner keeps it alone")
+		g.Expect(cond.Message).To(ContainSubstring("address " + held + "/32 is held under another secret"))
+		hasEvent(t, thief, corev1.EventTypeWarning, "AddressTaken", held)
+		g.Expect(holdersOf(held + "/32")).To(HaveLen(1), "the owner keeps it alone")
 		// Asking for another address, as the message says, works.
-		patchAnnotations(t, thief, map[string]string{"ipam.vitistack.io/addresses": "10.99.0.2"})
-		g.Expect(boundAddress(t, thief).Spec.Address).To(Equal("10.99.0.2"))
+		patchAnnotations(t, thief, map[string]string{"ipam.vitistack.io/addresses": free})
+		g.Expect(boundAddress(t, thief).Spec.Address).To(Equal(free))
 	})
 
 	t.Run("missing secret", func(t *testing.T) {
