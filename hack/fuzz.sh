@@ -7,6 +7,7 @@
 # or one that wrote a failing input to testdata/fuzz, fails.
 set -uo pipefail
 fuzztime=${1:?usage: hack/fuzz.sh FUZZTIME}
+cd "$(git rev-parse --show-toplevel)" || exit 1
 for dir in $(grep -l '^func Fuzz' $(git ls-files '*_test.go') | xargs -n1 dirname | sort -u); do
   for target in $(grep -h -o '^func Fuzz[A-Za-z0-9_]*' "$dir"/*_test.go | cut -d' ' -f2); do
     echo "fuzzing $target (./$dir) for $fuzztime"

@@ -252,7 +252,7 @@ func TestClaimConditionsForUserFixableFailures(t *testing.T) {
 		cond := readyCondition(t, thief, metav1.ConditionFalse, "AllocationFailed")
 		g.Expect(cond.Message).To(ContainSubstring("address " + held + "/32 is held under another secret"))
 		hasEvent(t, thief, corev1.EventTypeWarning, "AddressTaken", held)
-		g.Expect(holdersOf(held + "/32")).To(HaveLen(1), "the owner keeps it alone")
+		g.Expect(holdersOf(held+"/32")).To(HaveLen(1), "the owner keeps it alone")
 		// Asking for another address, as the message says, works.
 		patchAnnotations(t, thief, map[string]string{"ipam.vitistack.io/addresses": free})
 		g.Expect(boundAddress(t, thief).Spec.Address).To(Equal(free))

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -112,15 +113,24 @@ func TestClockJumpsDuringABurst(t *testing.T) {
 	t.Cleanup(func() { close(done); jumper.Wait() })
 
 	claims := make([]*ipamv1.IPAddressClaim, n)
+	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range claims {
 		pool := "routed"
 		if i%2 == 1 {
 			pool = "subnet"
 		}
-		wg.Go(func() { claims[i] = newClaim(t, ns.Name, fmt.Sprintf("node-%03d", i), pool, nil) })
+		claims[i] = &ipamv1.IPAddressClaim{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: fmt.Sprintf("node-%03d", i)},
+			Spec: ipamv1.IPAddressClaimSpec{PoolRef: ipamv1.IPPoolReference{
+				APIGroup: ipamv1alpha1.GroupVersion.Group, Kind: ipamv1alpha1.VitistackIPPoolKind, Name: pool}},
+		}
+		wg.Go(func() { errs[i] = env.Client.Create(ctx, claims[i]) })
 	}
 	wg.Wait()
+	for _, err := range errs {
+		g.Expect(err).NotTo(HaveOccurred())
+	}
 	g.Eventually(func(g Gomega) {
 		list := &ipamv1.IPAddressClaimList{}
 		g.Expect(env.Client.List(ctx, list, client.InNamespace(ns.Name))).To(Succeed())

@@ -72,7 +72,7 @@ func StartControlPlane(dir, name string, p Paths) (*ControlPlane, error) {
 		}
 	}
 	// kube-apiserver may take more than 20 s to finish its watches when asked to stop:
-	// it is killed after 3 s, as a reboot of its host would.
+	// it and etcd are killed after 3 s, as a reboot of their host would.
 	env := &envtest.Environment{BinaryAssetsDirectory: p.Assets, ControlPlaneStopTimeout: 3 * time.Second}
 	env.ControlPlane.Etcd = &envtest.Etcd{DataDir: filepath.Join(dir, "etcd")}
 	api := env.ControlPlane.GetAPIServer()
@@ -161,6 +161,9 @@ func (c *ControlPlane) waitReady(timeout time.Duration) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
+			if err == nil {
+				err = errors.Errorf("/readyz answered %q", body)
+			}
 			return errors.Wrapf(err, "kube-apiserver is not ready after %s (see %s)", timeout, c.apiLog.Name())
 		}
 		time.Sleep(200 * time.Millisecond)

@@ -189,21 +189,40 @@ func (f *InFlight) MayStillBeInFlight(uid types.UID, attempt time.Time) (time.Ti
 	now, mono := f.Now(), f.monotonic()
 	w, ok := f.waits[uid]
 	if !ok || !w.attempt.Equal(attempt) {
-		if f.waits == nil {
-			f.waits = map[types.UID]wait{}
-		}
-		if len(f.waits) > 4096 {
-			for u, old := range f.waits {
-				if old.deadline <= mono {
-					delete(f.waits, u)
-				}
-			}
-		}
-		w = wait{attempt: attempt, deadline: mono + min(attempt.Add(f.Quarantine).Sub(now), f.Quarantine)}
-		f.waits[uid] = w
+		w = f.setWait(uid, attempt, min(attempt.Add(f.Quarantine).Sub(now), f.Quarantine))
 	}
 	left := w.deadline - mono
 	return now.Add(left), left > 0
+}
+
+// Sending records that a request under attempt goes out now: until SawAnswer, a later
+// MayStillBeInFlight waits it out for one quarantine from now, timed on the monotonic
+// clock whatever the wall clock does meanwhile, and the claim's earlier answer no
+// longer counts (a resend that times out is waited out too).
+func (f *InFlight) Sending(uid types.UID, attempt time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.answered, uid)
+	f.setWait(uid, attempt, f.Quarantine)
+}
+
+// setWait starts a wait of d for the claim's attempt, dropping waits that are over
+// once there are many. Callers hold mu.
+func (f *InFlight) setWait(uid types.UID, attempt time.Time, d time.Duration) wait {
+	mono := f.monotonic()
+	if f.waits == nil {
+		f.waits = map[types.UID]wait{}
+	}
+	if len(f.waits) > 4096 {
+		for u, old := range f.waits {
+			if old.deadline <= mono {
+				delete(f.waits, u)
+			}
+		}
+	}
+	w := wait{attempt: attempt, deadline: mono + d}
+	f.waits[uid] = w
+	return w
 }
 
 // wait is how long a process waits out an attempt whose answer it has not seen: until
@@ -222,9 +241,10 @@ func (f *InFlight) monotonic() time.Duration {
 	return time.Since(f.origin)
 }
 
-// Len is the number of identities reserved and answers remembered (for tests of pruning).
-func (f *InFlight) Len() (reserved, answered int) {
+// Len is the number of identities reserved, answers remembered and waits kept (for
+// tests of pruning).
+func (f *InFlight) Len() (reserved, answered, waits int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return len(f.reserved), len(f.answered)
+	return len(f.reserved), len(f.answered), len(f.waits)
 }

@@ -58,9 +58,10 @@ func TestInFlightReservations(t *testing.T) {
 	for _, x := range []*ipamv1.IPAddressClaim{a, b, c} {
 		f.Forget(x.UID)
 	}
-	reserved, answered := f.Len()
+	reserved, answered, waits := f.Len()
 	g.Expect(reserved).To(Equal(0))
 	g.Expect(answered).To(Equal(0))
+	g.Expect(waits).To(Equal(0))
 }
 
 func TestInFlightQuarantine(t *testing.T) {
@@ -137,4 +138,35 @@ func TestInFlightWaitEnds(t *testing.T) {
 	time.Sleep(60 * time.Millisecond)
 	_, waiting = f.MayStillBeInFlight("u", t0)
 	g.Expect(waiting).To(BeFalse())
+}
+
+// A request this process sends is waited out on the monotonic clock from the moment it
+// goes out, until its answer is seen: a jump forward before the next reconcile does not
+// end the wait, and a resend under an attempt whose earlier answer was seen is waited
+// out too. Forget and SawAnswer end the wait.
+func TestInFlightSending(t *testing.T) {
+	g := NewWithT(t)
+	t0 := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	clock := clocktesting.NewFakePassiveClock(t0)
+	f := &registrar.InFlight{Quarantine: 20 * time.Second, Clock: clock}
+	attempt := f.AttemptTime()
+	f.Sending("u", attempt)
+	clock.SetTime(t0.Add(time.Hour)) // the request timed out; the clock jumped meanwhile
+	_, waiting := f.MayStillBeInFlight("u", attempt)
+	g.Expect(waiting).To(BeTrue(), "a jump forward ended the wait for a request this process sent")
+
+	f.SawAnswer("u", attempt)
+	_, waiting = f.MayStillBeInFlight("u", attempt)
+	g.Expect(waiting).To(BeFalse())
+
+	// Resent under the same attempt, and this time no answer.
+	f.Sending("u", attempt)
+	_, waiting = f.MayStillBeInFlight("u", attempt)
+	g.Expect(waiting).To(BeTrue(), "the earlier answer counted for the resend")
+	g.Expect(f.MayResendUnder("u", attempt, time.Second)).To(BeFalse())
+
+	f.Forget("u")
+	_, answered, waits := f.Len()
+	g.Expect(answered).To(BeZero())
+	g.Expect(waits).To(BeZero())
 }

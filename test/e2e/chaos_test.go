@@ -197,7 +197,7 @@ type replicas struct {
 // newReplicas hands the work over from aMgr to replicas started with extra arguments:
 // aMgr stops (releasing its Lease) once two of them run.
 func newReplicas(t *testing.T, extra ...string) *replicas {
-	r := &replicas{t: t, args: append(slices.Clone(chaosManagerArgs), extra...)}
+	r := &replicas{t: t, args: append(slices.Clone(chaosManagerArgs), extra...), managers: []*localcluster.Manager{aMgr}}
 	r.replenish()
 	aMgr.Stop()
 	r.waitLeader()
@@ -222,10 +222,11 @@ func (r *replicas) replenish() {
 var acquiredLease = regexp.MustCompile(`(?i)successfully acquired lease`)
 
 // leader returns the live replica that holds the Lease (a replica takes it once in its
-// life: it exits when it loses it), or nil.
+// life: it exits when it loses it, and says so first), or nil.
 func (r *replicas) leader() *localcluster.Manager {
 	for _, m := range r.live {
-		if exited, _ := m.Exited(); !exited && acquiredLease.MatchString(m.Logs()) {
+		logs := m.Logs()
+		if exited, _ := m.Exited(); !exited && acquiredLease.MatchString(logs) && !strings.Contains(logs, "leader election lost") {
 			return m
 		}
 	}

@@ -131,6 +131,7 @@ func (h *Handler) send(ctx context.Context, api ipamapi.Client, sec *registrar.S
 	if stop = h.writePending(ctx, reg, sec); stop != nil {
 		return s, stop
 	}
+	h.InFlight.Sending(h.claim.UID, reg.Attempt)
 	s.res, s.err = api.Register(ctx, reg.Request(sec.Value))
 	if answered(s.err) {
 		h.InFlight.SawAnswer(h.claim.UID, reg.Attempt)

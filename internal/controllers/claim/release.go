@@ -84,7 +84,11 @@ func (h *Handler) release(ctx context.Context) outcome {
 		}
 		if reg.Address == "" {
 			// Send it again to learn the address (the IPAM-API returns the held one).
+			h.InFlight.Sending(h.claim.UID, reg.Attempt)
 			res, err := api.Register(ctx, reg.Request(sec.Value))
+			if answered(err) {
+				h.InFlight.SawAnswer(h.claim.UID, reg.Attempt)
+			}
 			switch {
 			case err != nil && provesNothingHeld(err):
 				return h.released(ctx, reg, "nothing was held")
