@@ -21,6 +21,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/localcluster"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/manager"
 )
@@ -270,6 +271,27 @@ func pending(ctx context.Context, c client.Client) ([]string, error) {
 	for _, s := range svcs.Items {
 		if s.Spec.Type == corev1.ServiceTypeLoadBalancer && s.Annotations["metallb.io/loadBalancerIPs"] == "" {
 			out = append(out, "Service "+s.Name)
+		}
+	}
+	// The pools' in-use counts are patched at most once a second: the tables show them
+	// once they count every IPAddress.
+	addrs := &ipamv1.IPAddressList{}
+	if err := c.List(ctx, addrs); err != nil {
+		return nil, err
+	}
+	inUse := map[string]int32{}
+	for _, a := range addrs.Items {
+		if a.Spec.PoolRef.Kind == ipamv1alpha1.GlobalVitistackIPPoolKind {
+			inUse[a.Spec.PoolRef.Name]++
+		}
+	}
+	pools := &ipamv1alpha1.GlobalVitistackIPPoolList{}
+	if err := c.List(ctx, pools); err != nil {
+		return nil, err
+	}
+	for _, p := range pools.Items {
+		if got := p.Status.AddressesInUse; got == nil || *got != inUse[p.Name] {
+			out = append(out, "the in-use count of GlobalVitistackIPPool "+p.Name)
 		}
 	}
 	return out, nil
