@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/cluster-api-ipam-provider-in-cluster/pkg/ipamutil"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -49,7 +48,7 @@ func TestClaimGetsAddressWithMetadata(t *testing.T) {
 	g.Expect(addr.Annotations).To(HaveKeyWithValue("ipam.vitistack.io/registered-retention-period-days", "0"))
 	g.Expect(addr.Annotations).To(HaveKeyWithValue("ipam.vitistack.io/registered-deny-external-cleanup", "false"))
 	g.Expect(addr.Annotations).To(HaveKeyWithValue("ipam.vitistack.io/registered-address", ip.String()+"/32"))
-	g.Expect(addr.Finalizers).To(ContainElement(ipamutil.ProtectAddressFinalizer))
+	g.Expect(addr.Finalizers).To(BeEmpty(), "the claim's record holds the address, not a finalizer on the IPAddress")
 
 	// Owner references: the claim controls the address; the pool owns it too.
 	var kinds []string

@@ -228,6 +228,52 @@ func TestSimultaneousDuplicateIdentityRegistersOnce(t *testing.T) {
 	}, 2*time.Second, 100*time.Millisecond).Should(Succeed())
 }
 
+// An IPAddress carries no finalizer of its own: deleted by hand while the provider runs,
+// it is made again at once with the same address, still registered once.
+func TestIPAddressDeletedByHandComesBackAtOnce(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	pool := newPool(t, ns.Name, "pool", routedPool("inet", ipamv1alpha1.IPv4))
+	claim := newClaim(t, ns.Name, "by-hand", pool.Name, nil)
+	addr := boundAddress(t, claim)
+	g.Expect(addr.Finalizers).To(BeEmpty())
+	first, uid := addr.Spec.Address, addr.UID
+
+	g.Expect(env.Client.Delete(ctx, addr)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		again := &ipamv1.IPAddress{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(claim), again)).To(Succeed())
+		g.Expect(again.UID).NotTo(Equal(uid))
+		g.Expect(again.Spec.Address).To(Equal(first))
+	}, eventually, poll).Should(Succeed())
+	readyCondition(t, claim, metav1.ConditionTrue, "Allocated")
+	me := sim.ServiceRef{ServiceName: "by-hand", NamespaceID: string(ns.UID), ClusterID: uidOf(t, "kube-system")}
+	g.Expect(env.Sim.HeldBy(me)).To(HaveLen(1))
+}
+
+// An IPAddress written by an earlier version carries ipamutil's ProtectAddress
+// finalizer: deleting its claim takes it off, and both go, the address released.
+func TestProtectAddressFinalizerOfAnEarlierVersionGoes(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	pool := newPool(t, ns.Name, "pool", routedPool("inet", ipamv1alpha1.IPv4))
+	claim := newClaim(t, ns.Name, "upgraded", pool.Name, nil)
+	addr := boundAddress(t, claim)
+	patch := client.MergeFrom(addr.DeepCopy())
+	addr.Finalizers = append(addr.Finalizers, "ipam.cluster.x-k8s.io/ProtectAddress")
+	g.Expect(env.Client.Patch(ctx, addr, patch)).To(Succeed())
+
+	deleteAndWait(t, claim)
+	g.Eventually(func() bool {
+		err := env.Client.Get(ctx, client.ObjectKeyFromObject(addr), &ipamv1.IPAddress{})
+		return client.IgnoreNotFound(err) == nil && err != nil
+	}, eventually, poll).Should(BeTrue(), "the IPAddress with the old finalizer was not deleted")
+	me := sim.ServiceRef{ServiceName: "upgraded", NamespaceID: string(ns.UID), ClusterID: uidOf(t, "kube-system")}
+	regs := env.Sim.HeldBy(me)
+	g.Expect(regs).To(HaveLen(1))
+	g.Expect(regs[0].Holders[0].ExpiresAt).NotTo(BeNil(), "the registration was released")
+}
+
 // A bound claim whose IPAddress is lost (deleted by hand, not restored) gets the same
 // address back: it is registered again with its address, never without.
 func TestLostIPAddressComesBackWithTheSameAddress(t *testing.T) {

@@ -7,9 +7,11 @@ import (
 
 	"github.com/pkg/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	toolscache "k8s.io/client-go/tools/cache"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
@@ -91,6 +93,9 @@ type indexer struct {
 	field string
 	what  string
 	fn    client.IndexerFunc
+	// clusterWide indexes are only ever looked up across all namespaces: the cache keeps
+	// one entry per value instead of controller-runtime's two (see Setup).
+	clusterWide bool
 }
 
 func claimRecord(o client.Object) *record.Registration {
@@ -126,22 +131,22 @@ var indexers = []indexer{
 			return []string{v}
 		}
 		return nil
-	}},
+	}, false},
 	{&ipamv1.IPAddressClaim{}, ClaimPoolRef, "IPAddressClaims by pool", func(o client.Object) []string {
 		return poolRefValues(o.(*ipamv1.IPAddressClaim).Spec.PoolRef)
-	}},
+	}, false},
 	{&ipamv1.IPAddressClaim{}, ClaimRegistration, "IPAddressClaims by registration", func(o client.Object) []string {
 		if r := claimRecord(o); r != nil {
 			return []string{digest(r.Key())}
 		}
 		return nil
-	}},
+	}, true},
 	{&ipamv1.IPAddressClaim{}, ClaimHost, "IPAddressClaims by address", func(o client.Object) []string {
 		if r := claimRecord(o); r != nil && r.HostKey() != "" {
 			return []string{digest(r.HostKey())}
 		}
 		return nil
-	}},
+	}, true},
 	{&ipamv1.IPAddressClaim{}, ClaimSecret, "IPAddressClaims by secret", func(o client.Object) []string {
 		r := claimRecord(o)
 		if r == nil {
@@ -152,58 +157,94 @@ var indexers = []indexer{
 			out = append(out, SecretValue(s))
 		}
 		return out
-	}},
+	}, false},
 	{&ipamv1.IPAddressClaim{}, ClaimWaiting, "IPAddressClaims waiting for room", func(o client.Object) []string {
 		c := o.(*ipamv1.IPAddressClaim)
 		if c.Status.AddressRef.Name != "" || !c.DeletionTimestamp.IsZero() || readyReason(c) != ipamv1.IPAddressClaimReadyPoolExhaustedReason {
 			return nil
 		}
 		return poolRefValues(c.Spec.PoolRef)
-	}},
+	}, false},
 	{&ipamv1.IPAddressClaim{}, ClaimSubnetOutsideZone, "IPAddressClaims that found the subnet outside the zone", func(o client.Object) []string {
 		c := o.(*ipamv1.IPAddressClaim)
 		if readyReason(c) != ipamv1alpha1.ClaimReadySubnetOutsideZoneReason {
 			return nil
 		}
 		return poolRefValues(c.Spec.PoolRef)
-	}},
+	}, false},
 	{&ipamv1.IPAddress{}, AddressPoolRef, "IPAddresses by pool", func(o client.Object) []string {
 		return poolRefValues(o.(*ipamv1.IPAddress).Spec.PoolRef)
-	}},
+	}, false},
 	{&ipamv1.IPAddress{}, AddressRegistration, "IPAddresses by registration", func(o client.Object) []string {
 		if r := addressRecord(o); r != nil {
 			return []string{digest(r.Key())}
 		}
 		return nil
-	}},
+	}, true},
 	{&ipamv1.IPAddress{}, AddressHost, "IPAddresses by address", func(o client.Object) []string {
 		if r := addressRecord(o); r != nil {
 			return []string{digest(r.HostKey())}
 		}
 		return nil
-	}},
+	}, true},
 	{&ipamv1.IPAddress{}, AddressSecret, "IPAddresses by secret", func(o client.Object) []string {
 		if r := addressRecord(o); r != nil {
 			return []string{SecretValue(r.Secret)}
 		}
 		return nil
-	}},
+	}, false},
 }
 
 // Setup registers the field indexes on the manager's cache.
+//
+// controller-runtime's IndexField keeps every value of a namespaced object twice: under
+// the object's namespace and under all namespaces. The digest indexes (by registration
+// and by address) have a value of (nearly) each object's own and are only looked up
+// across all namespaces (ByRegistration, ByHost), so they are added to the informer
+// directly with the all-namespaces key alone, in the form controller-runtime's cache
+// reader looks up: 10,000 bound claims keep 40,000 index entries fewer (about 12 MB).
 func Setup(ctx context.Context, mgr ctrl.Manager) error {
-	return Register(ctx, mgr.GetFieldIndexer())
-}
-
-// Register adds the field indexes to idx (the manager's, or a fake client builder's
-// through RegisterFake).
-func Register(ctx context.Context, idx client.FieldIndexer) error {
+	c := mgr.GetCache()
 	for _, i := range indexers {
-		if err := idx.IndexField(ctx, i.obj, i.field, i.fn); err != nil {
+		if !i.clusterWide {
+			if err := c.IndexField(ctx, i.obj, i.field, i.fn); err != nil {
+				return errors.Wrapf(err, "indexing %s", i.what)
+			}
+			continue
+		}
+		inf, err := c.GetInformer(ctx, i.obj, cache.BlockUntilSynced(false))
+		if err != nil {
+			return errors.Wrapf(err, "indexing %s", i.what)
+		}
+		if err := inf.AddIndexers(toolscache.Indexers{fieldIndexName(i.field): clusterWideValues(i.fn)}); err != nil {
 			return errors.Wrapf(err, "indexing %s", i.what)
 		}
 	}
 	return nil
+}
+
+// fieldIndexName and allNamespacesKey are how controller-runtime's cache reader names a
+// field index and the value it looks up for a List without a namespace
+// (sigs.k8s.io/controller-runtime/pkg/cache/internal: FieldIndexName, KeyToNamespacedKey).
+// The envtest suites list by both digest indexes, so a change there fails them.
+func fieldIndexName(field string) string { return "field:" + field }
+
+func allNamespacesKey(value string) string { return "__all_namespaces/" + value }
+
+// clusterWideValues is fn as an informer index function that emits only the
+// all-namespaces key of each value.
+func clusterWideValues(fn client.IndexerFunc) toolscache.IndexFunc {
+	return func(o any) ([]string, error) {
+		obj, ok := o.(client.Object)
+		if !ok {
+			return nil, errors.Errorf("object of type %T is not an Object", o)
+		}
+		vals := fn(obj)
+		for i := range vals {
+			vals[i] = allNamespacesKey(vals[i])
+		}
+		return vals, nil
+	}
 }
 
 // Each calls fn for every index, so a fake client can be given the same ones.

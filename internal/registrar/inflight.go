@@ -129,6 +129,17 @@ func (f *InFlight) Forget(uid types.UID) {
 	delete(f.byClaim, uid)
 	delete(f.answered, uid)
 	delete(f.waits, uid)
+	// A Go map keeps the room it grew to: after a burst of thousands of claims, empty
+	// maps are dropped so that their memory goes too.
+	if len(f.byClaim) == 0 {
+		f.reserved, f.byClaim = nil, nil
+	}
+	if len(f.answered) == 0 {
+		f.answered = nil
+	}
+	if len(f.waits) == 0 {
+		f.waits = nil
+	}
 }
 
 // SawAnswer records that the outcome of a claim's attempt is known (it was answered,

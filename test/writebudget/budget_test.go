@@ -155,7 +155,6 @@ func TestWriteBudget(t *testing.T) {
 	t.Logf("%d claims deleted: writes\n%s", total, writes)
 	g.Expect(env.Sim.Stats().Total(sim.RouteRelease)-simBefore.Total(sim.RouteRelease)).To(Equal(total), "IPAM-API releases")
 	budget = apicount.Counts{
-		{Verb: "PATCH", Resource: "ipaddresses"}:             float64(total), // its finalizer
 		{Verb: "DELETE", Resource: "ipaddresses"}:            float64(total),
 		{Verb: "PATCH", Resource: "ipaddressclaims"}:         float64(total), // the finalizer with the record
 		{Verb: "PATCH", Resource: "secrets"}:                 2,              // the default secret let go (again after a conflict)

@@ -126,7 +126,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 			}
 			address.Labels[clusterv1.ClusterNameLabel] = v
 		}
-		controllerutil.AddFinalizer(&address, ipamutil.ProtectAddressFinalizer)
+		// No ipamutil ProtectAddress finalizer: the claim's record and the IPAM-API hold
+		// the address, not the IPAddress, so a lost IPAddress is made again with the same
+		// address (a subnet pick counts the claim's record too). Without it a delete
+		// costs one request fewer, and an IPAddress never outlives an uninstalled
+		// provider. One from an earlier version is taken off when its claim goes.
 		return nil
 	})
 	if res != nil || err != nil {

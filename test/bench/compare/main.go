@@ -32,6 +32,12 @@ type options struct {
 	timeout        time.Duration
 	out            string
 	keep           bool
+	// heapProfile is where the memory run writes the provider's heap profile (empty: not).
+	heapProfile string
+	// heapProfileDelay is how long after the last claim is bound the profile is taken.
+	heapProfileDelay time.Duration
+	// apiServerProfiles is where kube-apiserver's CPU profiles of each phase go (empty: none).
+	apiServerProfiles string
 	// managerArgs are extra flags of this provider's manager (for example
 	// --max-concurrent-reconciles=32), space-separated.
 	managerArgs []string
@@ -79,6 +85,9 @@ func parseFlags(args []string) (*options, error) {
 	fs.StringVar(&o.out, "out", "out/bench/compare.md", "Markdown report file (also printed)")
 	managerEnv := fs.String("manager-env", "", "extra environment of this provider's manager, space-separated KEY=VALUE (for example GOMEMLIMIT=115MiB, as the manager sets it in a container limited to 128Mi)")
 	managerArgs := fs.String("manager-args", "", "extra flags of this provider's manager, space-separated (for example --max-concurrent-reconciles=32)")
+	fs.StringVar(&o.heapProfile, "heap-profile", "", "file for this provider's heap profile at the end of the memory run (go tool pprof; empty: none)")
+	fs.DurationVar(&o.heapProfileDelay, "heap-profile-delay", 0, "how long after the memory run's last claim is bound --heap-profile is taken (0: at once, the burst's own allocations included)")
+	fs.StringVar(&o.apiServerProfiles, "apiserver-profiles", "", "directory for kube-apiserver's CPU profiles, 10 s from 3 s into the burst and into the deletion of each run (empty: none)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the runs' directories (logs) instead of removing them")
 	fs.StringVar(&o.assets, "assets", envOr("KUBEBUILDER_ASSETS", "bin/k8s/v1.33.4"), "directory with kube-apiserver, etcd and kube-controller-manager")
 	fs.StringVar(&o.manager, "manager", envOr("E2E_MANAGER", "bin/manager"), "this provider's manager binary")

@@ -62,3 +62,53 @@ func memory(pid int) (peak, now uint64, err error) {
 	}
 	return peak, now, nil
 }
+
+// controlPlaneComponents are the processes of a control plane whose CPU a run reports.
+var controlPlaneComponents = []string{"kube-apiserver", "etcd", "kube-controller-manager"}
+
+// controlPlaneCPU is the CPU time each process of the control plane in dir has used so
+// far, found by its command line (which names a file in dir).
+func controlPlaneCPU(dir string) (map[string]time.Duration, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]time.Duration{}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err != nil || !strings.Contains(string(b), dir) {
+			continue
+		}
+		argv0, _, _ := strings.Cut(string(b), "\x00")
+		for _, c := range controlPlaneComponents {
+			if strings.HasSuffix(argv0, "/"+c) {
+				if t, err := cpuTime(pid); err == nil {
+					out[c] += t
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+// cpuSince is what each process used between two readings of controlPlaneCPU.
+func cpuSince(before, after map[string]time.Duration) map[string]time.Duration {
+	out := map[string]time.Duration{}
+	for k, v := range after {
+		out[k] = v - before[k]
+	}
+	return out
+}
+
+// formatCPU lists the components' CPU seconds in controlPlaneComponents' order.
+func formatCPU(m map[string]time.Duration) string {
+	parts := make([]string, 0, len(controlPlaneComponents))
+	for _, c := range controlPlaneComponents {
+		parts = append(parts, fmt.Sprintf("%s %.1f s", c, m[c].Seconds()))
+	}
+	return strings.Join(parts, ", ")
+}

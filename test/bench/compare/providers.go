@@ -37,6 +37,8 @@ type running struct {
 	proc    *localcluster.Process
 	sim     *localcluster.Sim // nil for the in-cluster provider
 	poolRef ipamv1.IPPoolReference
+	// diagnostics is the provider's metrics (and, for this provider, pprof) address.
+	diagnostics string
 }
 
 func (p *running) stop() {
@@ -92,7 +94,11 @@ func startProvider(ctx context.Context, o *options, cp *localcluster.ControlPlan
 		return p, err
 	}
 	env := []string{"KUBECONFIG=" + cp.Kubeconfig}
-	diagnostics := []string{"--diagnostics-address=" + localcluster.HostPort(metrics), "--insecure-diagnostics", "--leader-elect=false"}
+	p.diagnostics = localcluster.HostPort(metrics)
+	diagnostics := []string{"--diagnostics-address=" + localcluster.HostPort(metrics), "--leader-elect=false"}
+	if o.heapProfile == "" || spec.provider != vitistack || !spec.memoryOnly {
+		diagnostics = append(diagnostics, "--insecure-diagnostics")
+	}
 	switch spec.provider {
 	case vitistack:
 		paths := localcluster.Paths{Assets: o.assets, Manager: o.manager, Sim: o.sim}

@@ -88,6 +88,9 @@ type result struct {
 	ipamCalls       int
 	peakRSS, endRSS uint64
 	cpu             time.Duration
+	// bindCP and deleteCP are the control plane's CPU time (per process) while the
+	// claims were bound and while they were deleted.
+	bindCP, deleteCP map[string]time.Duration
 
 	quietRun    bool
 	quietWrites apicount.Counts
@@ -112,8 +115,10 @@ func (r *result) summary() string {
 		s += fmt.Sprintf(", delete-all %.1f s", r.deleteAll.Seconds())
 	}
 	s += "\n    writes: " + strings.ReplaceAll(strings.TrimSpace(r.writes.String()), "\n", ", ")
+	s += "\n    control plane CPU while binding: " + formatCPU(r.bindCP)
 	if r.deleted {
 		s += fmt.Sprintf("\n    deleting, all requests per claim: %s", perClaim(r.deleteRequests, r.spec.n))
+		s += "\n    control plane CPU while deleting: " + formatCPU(r.deleteCP)
 	}
 	return s
 }
@@ -176,9 +181,21 @@ func measure(ctx context.Context, o *options, cp *localcluster.ControlPlane, p *
 	if err != nil {
 		return err
 	}
+	cpBefore, err := controlPlaneCPU(cp.Dir)
+	if err != nil {
+		return err
+	}
 
 	// The burst: n creates, then every claim bound.
 	c := &creator{cl: cl, poolRef: p.poolRef, created: map[string]time.Time{}}
+	profiled := func() error { return nil }
+	profile := func(phase string) {
+		if o.apiServerProfiles != "" && !r.spec.sequential {
+			profiled = apiServerProfile(ctx, cp, 3*time.Second, 10*time.Second,
+				filepath.Join(o.apiServerProfiles, fmt.Sprintf("rep%d-%s-%d-%s.pb.gz", r.rep, r.spec.provider, n, phase)))
+		}
+	}
+	profile("bind")
 	start := time.Now()
 	if r.spec.sequential {
 		for i := range n {
@@ -203,6 +220,14 @@ func measure(ctx context.Context, o *options, cp *localcluster.ControlPlane, p *
 	if err != nil {
 		return err
 	}
+	if err := profiled(); err != nil {
+		return err
+	}
+	cpAfter, err := controlPlaneCPU(cp.Dir)
+	if err != nil {
+		return err
+	}
+	r.bindCP = cpuSince(cpBefore, cpAfter)
 	var last, lastCreate time.Time
 	latencies := make([]time.Duration, 0, n)
 	for i := range n {
@@ -226,6 +251,14 @@ func measure(ctx context.Context, o *options, cp *localcluster.ControlPlane, p *
 		return err
 	}
 	if r.spec.memoryOnly {
+		if o.heapProfile != "" {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(o.heapProfileDelay):
+			}
+			return heapProfile(ctx, cp, p, o.heapProfile)
+		}
 		return nil
 	}
 
@@ -250,6 +283,10 @@ func measure(ctx context.Context, o *options, cp *localcluster.ControlPlane, p *
 	if err != nil {
 		return err
 	}
+	if cpBefore, err = controlPlaneCPU(cp.Dir); err != nil {
+		return err
+	}
+	profile("delete")
 	start = time.Now()
 	if err := parallel(n, o.workers, func(i int) error { return deleteClaim(ctx, cl, i) }); err != nil {
 		return err
@@ -266,6 +303,13 @@ func measure(ctx context.Context, o *options, cp *localcluster.ControlPlane, p *
 	if err != nil {
 		return err
 	}
+	if err := profiled(); err != nil {
+		return err
+	}
+	if cpAfter, err = controlPlaneCPU(cp.Dir); err != nil {
+		return err
+	}
+	r.deleteCP = cpuSince(cpBefore, cpAfter)
 	r.deleteRequests = delAfter.Since(delBefore).Only(func(k apicount.Key) bool { return k.Resource != "leases" && k.Verb != "WATCH" })
 	if exited, err := p.proc.Exited(); exited {
 		return errors.Errorf("%s exited (%v) during the run", p.proc.Name, err)
