@@ -59,26 +59,9 @@ func heapProfile(ctx context.Context, cp *localcluster.ControlPlane, p *running,
 	if err != nil {
 		return err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+p.diagnostics+"/debug/pprof/heap?gc=1", http.NoBody) //nolint:gosec // the local manager's address
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Authorization", "Bearer "+token)
 	// The diagnostics endpoint's certificate is self-signed, made at the manager's start.
 	c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // a local process's self-signed certificate
-	resp, err := c.Do(req)                                                                                //nolint:gosec // the local manager's address
-	if err != nil {
-		return errors.Wrap(err, "heap profile")
-	}
-	defer func() { _ = resp.Body.Close() }()
-	if resp.StatusCode != http.StatusOK {
-		return errors.Errorf("heap profile: %s", resp.Status)
-	}
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return errors.Wrap(err, "heap profile")
-	}
-	return errors.Wrap(os.WriteFile(file, b, 0o644), "heap profile") //nolint:gosec // a profile for people to read
+	return download(ctx, c, "https://"+p.diagnostics+"/debug/pprof/heap?gc=1", token, file)
 }
 
 // apiServerProfile takes a CPU profile of kube-apiserver for d, starting after wait,
@@ -86,35 +69,42 @@ func heapProfile(ctx context.Context, cp *localcluster.ControlPlane, p *running,
 func apiServerProfile(ctx context.Context, cp *localcluster.ControlPlane, wait, d time.Duration, file string) func() error {
 	done := make(chan error, 1)
 	go func() {
-		done <- func() error {
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(wait):
-			}
-			hc, err := rest.HTTPClientFor(cp.Config)
-			if err != nil {
-				return err
-			}
-			url := fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", strings.TrimSuffix(cp.Config.Host, "/"), int(d.Seconds()))
-			req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, http.NoBody) //nolint:gosec // the local control plane
-			if err != nil {
-				return err
-			}
-			resp, err := hc.Do(req) //nolint:gosec // the local control plane
-			if err != nil {
-				return errors.Wrap(err, "kube-apiserver profile")
-			}
-			defer func() { _ = resp.Body.Close() }()
-			if resp.StatusCode != http.StatusOK {
-				return errors.Errorf("kube-apiserver profile: %s", resp.Status)
-			}
-			b, err := io.ReadAll(resp.Body)
-			if err != nil {
-				return err
-			}
-			return os.WriteFile(file, b, 0o644) //nolint:gosec // a profile for people to read
-		}()
+		select {
+		case <-ctx.Done():
+			done <- ctx.Err()
+			return
+		case <-time.After(wait):
+		}
+		hc, err := rest.HTTPClientFor(cp.Config)
+		if err != nil {
+			done <- err
+			return
+		}
+		done <- download(ctx, hc, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", strings.TrimSuffix(cp.Config.Host, "/"), int(d.Seconds())), "", file)
 	}()
 	return func() error { return <-done }
+}
+
+// download GETs url (with a bearer token, unless empty) and writes the body to file.
+func download(ctx context.Context, c *http.Client, url, token, file string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, http.NoBody) //nolint:gosec // a local process's address
+	if err != nil {
+		return err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := c.Do(req) //nolint:gosec // a local process's address
+	if err != nil {
+		return errors.Wrapf(err, "GET %s", url)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return errors.Errorf("GET %s: %s", url, resp.Status)
+	}
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return errors.Wrapf(err, "GET %s", url)
+	}
+	return os.WriteFile(file, b, 0o644) //nolint:gosec // a profile for people to read
 }
