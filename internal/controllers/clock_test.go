@@ -58,7 +58,7 @@ func TestClockBackAfterACrash(t *testing.T) {
 	api, pool := answerLostOnce(t, ns.Name)
 
 	claim := newClaim(t, ns.Name, "late", pool.Name, nil)
-	me := sim.ServiceRef{ServiceName: "late", NamespaceID: string(ns.UID), ClusterID: uidOf(t, "kube-system")}
+	me := identity(t, ns, "late")
 	g.Eventually(func() []sim.Registration { return api.HeldBy(me) }, eventually, poll).Should(HaveLen(1))
 	g.Eventually(func() string { return recordOf(t, claim) }, eventually, poll).Should(ContainSubstring(`"attempt"`))
 	g.Expect(env.StopManager()).To(Succeed())
@@ -152,7 +152,7 @@ func TestClockJumpsDuringABurst(t *testing.T) {
 			duplicated = append(duplicated, fmt.Sprintf("%s bound by %s and %s", addr.Spec.Address, other, c.Name))
 		}
 		seen[addr.Spec.Address] = c.Name
-		me := sim.ServiceRef{ServiceName: c.Name, NamespaceID: string(ns.UID), ClusterID: uidOf(t, "kube-system")}
+		me := identity(t, ns, c.Name)
 		held := api.HeldBy(me)
 		if len(held) != 1 || strings.TrimSuffix(held[0].Address, "/32") != addr.Spec.Address {
 			orphaned = append(orphaned, fmt.Sprintf("%s bound to %s, the IPAM-API holds %v for it", c.Name, addr.Spec.Address, held))

@@ -56,7 +56,7 @@ func TestCrashBetweenAnswerAndIPAddressLeavesOneRegistration(t *testing.T) {
 	api, pool := answerLostOnce(t, ns.Name)
 
 	claim := newClaim(t, ns.Name, "crash", pool.Name, nil)
-	me := sim.ServiceRef{ServiceName: "crash", NamespaceID: string(ns.UID), ClusterID: uidOf(t, "kube-system")}
+	me := identity(t, ns, "crash")
 	g.Eventually(func() []sim.Registration { return api.HeldBy(me) }, eventually, poll).Should(HaveLen(1),
 		"the stand-in must have registered the address although the answer was dropped")
 	readyCondition(t, claim, metav1.ConditionFalse, "AllocationFailed")
@@ -81,7 +81,7 @@ func TestCrashThenDeleteReleasesPendingRegistration(t *testing.T) {
 	api, pool := answerLostOnce(t, ns.Name)
 
 	claim := newClaim(t, ns.Name, "doomed", pool.Name, nil)
-	me := sim.ServiceRef{ServiceName: "doomed", NamespaceID: string(ns.UID), ClusterID: uidOf(t, "kube-system")}
+	me := identity(t, ns, "doomed")
 	g.Eventually(func() []sim.Registration { return api.HeldBy(me) }, eventually, poll).Should(HaveLen(1))
 	g.Expect(env.StopManager()).To(Succeed())
 	g.Expect(env.Client.Delete(ctx, claim)).To(Succeed())
@@ -111,7 +111,7 @@ func TestPausedClusterIsNotTouched(t *testing.T) {
 		}},
 	}
 	g.Expect(env.Client.Create(ctx, claim)).To(Succeed())
-	me := sim.ServiceRef{ServiceName: "paused-node", NamespaceID: string(ns.UID), ClusterID: uidOf(t, "kube-system")}
+	me := identity(t, ns, "paused-node")
 	g.Consistently(func(g Gomega) {
 		c := &ipamv1.IPAddressClaim{}
 		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(claim), c)).To(Succeed())
@@ -214,7 +214,7 @@ func TestSimultaneousDuplicateIdentityRegistersOnce(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	me := sim.ServiceRef{ServiceName: "twin", NamespaceID: string(ns.UID), ClusterID: uidOf(t, "kube-system")}
+	me := identity(t, ns, "twin")
 	g.Eventually(func() int {
 		list := &ipamv1.IPAddressList{}
 		g.Expect(env.Client.List(ctx, list, client.InNamespace(ns.Name))).To(Succeed())
@@ -232,22 +232,13 @@ func TestSimultaneousDuplicateIdentityRegistersOnce(t *testing.T) {
 // it is made again at once with the same address, still registered once.
 func TestIPAddressDeletedByHandComesBackAtOnce(t *testing.T) {
 	g := NewWithT(t)
-	ns := newNamespace(t)
-	pool := newPool(t, ns.Name, "pool", routedPool("inet", ipamv1alpha1.IPv4))
-	claim := newClaim(t, ns.Name, "by-hand", pool.Name, nil)
-	addr := boundAddress(t, claim)
+	ns, claim, addr := boundRoutedClaim(t, "by-hand")
 	g.Expect(addr.Finalizers).To(BeEmpty())
-	first, uid := addr.Spec.Address, addr.UID
 
 	g.Expect(env.Client.Delete(ctx, addr)).To(Succeed())
-	g.Eventually(func(g Gomega) {
-		again := &ipamv1.IPAddress{}
-		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(claim), again)).To(Succeed())
-		g.Expect(again.UID).NotTo(Equal(uid))
-		g.Expect(again.Spec.Address).To(Equal(first))
-	}, eventually, poll).Should(Succeed())
+	comesBack(t, addr)
 	readyCondition(t, claim, metav1.ConditionTrue, "Allocated")
-	me := sim.ServiceRef{ServiceName: "by-hand", NamespaceID: string(ns.UID), ClusterID: uidOf(t, "kube-system")}
+	me := identity(t, ns, "by-hand")
 	g.Expect(env.Sim.HeldBy(me)).To(HaveLen(1))
 }
 
@@ -255,20 +246,14 @@ func TestIPAddressDeletedByHandComesBackAtOnce(t *testing.T) {
 // finalizer: deleting its claim takes it off, and both go, the address released.
 func TestProtectAddressFinalizerOfAnEarlierVersionGoes(t *testing.T) {
 	g := NewWithT(t)
-	ns := newNamespace(t)
-	pool := newPool(t, ns.Name, "pool", routedPool("inet", ipamv1alpha1.IPv4))
-	claim := newClaim(t, ns.Name, "upgraded", pool.Name, nil)
-	addr := boundAddress(t, claim)
+	ns, claim, addr := boundRoutedClaim(t, "upgraded")
 	patch := client.MergeFrom(addr.DeepCopy())
 	addr.Finalizers = append(addr.Finalizers, "ipam.cluster.x-k8s.io/ProtectAddress")
 	g.Expect(env.Client.Patch(ctx, addr, patch)).To(Succeed())
 
 	deleteAndWait(t, claim)
-	g.Eventually(func() bool {
-		err := env.Client.Get(ctx, client.ObjectKeyFromObject(addr), &ipamv1.IPAddress{})
-		return client.IgnoreNotFound(err) == nil && err != nil
-	}, eventually, poll).Should(BeTrue(), "the IPAddress with the old finalizer was not deleted")
-	me := sim.ServiceRef{ServiceName: "upgraded", NamespaceID: string(ns.UID), ClusterID: uidOf(t, "kube-system")}
+	waitGone(t, addr) // with the old finalizer on, it would stay Terminating
+	me := identity(t, ns, "upgraded")
 	regs := env.Sim.HeldBy(me)
 	g.Expect(regs).To(HaveLen(1))
 	g.Expect(regs[0].Holders[0].ExpiresAt).NotTo(BeNil(), "the registration was released")
@@ -278,11 +263,7 @@ func TestProtectAddressFinalizerOfAnEarlierVersionGoes(t *testing.T) {
 // address back: it is registered again with its address, never without.
 func TestLostIPAddressComesBackWithTheSameAddress(t *testing.T) {
 	g := NewWithT(t)
-	ns := newNamespace(t)
-	pool := newPool(t, ns.Name, "pool", routedPool("inet", ipamv1alpha1.IPv4))
-	claim := newClaim(t, ns.Name, "keeper", pool.Name, nil)
-	addr := boundAddress(t, claim)
-	first, uid := addr.Spec.Address, addr.UID
+	ns, _, addr := boundRoutedClaim(t, "keeper")
 
 	// Lost while the provider was not running (a restore without it, a hand-made mess).
 	g.Expect(env.StopManager()).To(Succeed())
@@ -292,12 +273,19 @@ func TestLostIPAddressComesBackWithTheSameAddress(t *testing.T) {
 	g.Expect(env.Client.Delete(ctx, addr)).To(Succeed())
 	g.Expect(env.StartManager(ctx, mgrOpts)).To(Succeed())
 
-	g.Eventually(func(g Gomega) {
-		again := &ipamv1.IPAddress{}
-		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(claim), again)).To(Succeed())
-		g.Expect(again.UID).NotTo(Equal(uid))
-		g.Expect(again.Spec.Address).To(Equal(first))
-	}, eventually, poll).Should(Succeed())
-	me := sim.ServiceRef{ServiceName: "keeper", NamespaceID: string(ns.UID), ClusterID: uidOf(t, "kube-system")}
+	comesBack(t, addr)
+	me := identity(t, ns, "keeper")
 	g.Expect(env.Sim.HeldBy(me)).To(HaveLen(1))
+}
+
+// comesBack waits until the claim's IPAddress, once lost, is there again as a new object
+// with the address lost had.
+func comesBack(t *testing.T, lost *ipamv1.IPAddress) {
+	t.Helper()
+	NewWithT(t).Eventually(func(g Gomega) {
+		again := &ipamv1.IPAddress{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(lost), again)).To(Succeed())
+		g.Expect(again.UID).NotTo(Equal(lost.UID))
+		g.Expect(again.Spec.Address).To(Equal(lost.Spec.Address))
+	}, eventually, poll).Should(Succeed())
 }

@@ -96,7 +96,7 @@ func serviceClaims(t *testing.T, svc *corev1.Service) []ipamv1.IPAddressClaim {
 func operatorIdentity(t *testing.T, svc *corev1.Service) sim.ServiceRef {
 	ns := &corev1.Namespace{}
 	NewWithT(t).Expect(env.Client.Get(ctx, client.ObjectKey{Name: svc.Namespace}, ns)).To(Succeed())
-	return sim.ServiceRef{ServiceName: svc.Name, NamespaceID: string(ns.UID), ClusterID: uidOf(t, "kube-system")}
+	return identity(t, ns, svc.Name)
 }
 
 func TestServiceGetsAnAddressAndReleasesIt(t *testing.T) {

@@ -181,12 +181,34 @@ func uidOf(t *testing.T, name string) string {
 
 func deleteAndWait(t *testing.T, obj client.Object) {
 	t.Helper()
-	g := NewWithT(t)
-	g.Expect(client.IgnoreNotFound(env.Client.Delete(ctx, obj))).To(Succeed())
-	g.Eventually(func() bool {
+	NewWithT(t).Expect(client.IgnoreNotFound(env.Client.Delete(ctx, obj))).To(Succeed())
+	waitGone(t, obj)
+}
+
+// waitGone waits until obj is no longer there.
+func waitGone(t *testing.T, obj client.Object) {
+	t.Helper()
+	NewWithT(t).Eventually(func() bool {
 		err := env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj)
 		return err != nil && client.IgnoreNotFound(err) == nil
 	}, eventually, poll).Should(BeTrue(), "%s was not deleted", obj.GetName())
+}
+
+// identity is the IPAM-API identity a claim named serviceName in ns registers under
+// by default (the namespace's UID, the kube-system UID as cluster_id).
+func identity(t *testing.T, ns *corev1.Namespace, serviceName string) sim.ServiceRef {
+	t.Helper()
+	return sim.ServiceRef{ServiceName: serviceName, NamespaceID: string(ns.UID), ClusterID: uidOf(t, "kube-system")}
+}
+
+// boundRoutedClaim is a claim named name of a new namespace's routed IPv4 pool in zone
+// inet, and its IPAddress once bound.
+func boundRoutedClaim(t *testing.T, name string) (*corev1.Namespace, *ipamv1.IPAddressClaim, *ipamv1.IPAddress) {
+	t.Helper()
+	ns := newNamespace(t)
+	pool := newPool(t, ns.Name, "pool", routedPool("inet", ipamv1alpha1.IPv4))
+	claim := newClaim(t, ns.Name, name, pool.Name, nil)
+	return ns, claim, boundAddress(t, claim)
 }
 
 func routedPool(zone string, family ipamv1alpha1.IPFamily) ipamv1alpha1.VitistackIPPoolSpec {

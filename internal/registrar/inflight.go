@@ -154,8 +154,9 @@ func (f *InFlight) SawAnswer(uid types.UID, attempt time.Time) {
 	delete(f.waits, uid)
 	if len(f.answered) > 4096 {
 		// Answers older than the quarantine tell nothing any more.
+		now := f.Now()
 		for u, t := range f.answered {
-			if f.Now().Sub(t) > f.Quarantine {
+			if now.Sub(t) > f.Quarantine {
 				delete(f.answered, u)
 			}
 		}

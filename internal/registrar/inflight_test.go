@@ -85,9 +85,7 @@ func TestInFlightQuarantine(t *testing.T) {
 // long as it went back, and jumping forward does not cut a wait short.
 func TestInFlightClockJumps(t *testing.T) {
 	g := NewWithT(t)
-	t0 := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
-	clock := clocktesting.NewFakePassiveClock(t0)
-	f := &registrar.InFlight{Quarantine: 20 * time.Second, Clock: clock}
+	t0, clock, f := clockedInFlight()
 	attempt := f.AttemptTime()
 	g.Expect(attempt).To(Equal(t0))
 
@@ -129,9 +127,8 @@ func TestInFlightClockJumps(t *testing.T) {
 // says.
 func TestInFlightWaitEnds(t *testing.T) {
 	g := NewWithT(t)
-	t0 := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
-	clock := clocktesting.NewFakePassiveClock(t0)
-	f := &registrar.InFlight{Quarantine: 50 * time.Millisecond, Clock: clock}
+	t0, clock, f := clockedInFlight()
+	f.Quarantine = 50 * time.Millisecond
 	_, waiting := f.MayStillBeInFlight("u", t0)
 	g.Expect(waiting).To(BeTrue())
 	clock.SetTime(t0.Add(-time.Hour)) // the wall clock stands still, behind
@@ -146,9 +143,7 @@ func TestInFlightWaitEnds(t *testing.T) {
 // out too. Forget and SawAnswer end the wait.
 func TestInFlightSending(t *testing.T) {
 	g := NewWithT(t)
-	t0 := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
-	clock := clocktesting.NewFakePassiveClock(t0)
-	f := &registrar.InFlight{Quarantine: 20 * time.Second, Clock: clock}
+	t0, clock, f := clockedInFlight()
 	attempt := f.AttemptTime()
 	f.Sending("u", attempt)
 	clock.SetTime(t0.Add(time.Hour)) // the request timed out; the clock jumped meanwhile
@@ -169,4 +164,11 @@ func TestInFlightSending(t *testing.T) {
 	_, answered, waits := f.Len()
 	g.Expect(answered).To(BeZero())
 	g.Expect(waits).To(BeZero())
+}
+
+// clockedInFlight is an in-flight set with a 20 s quarantine on a fake wall clock at t0.
+func clockedInFlight() (time.Time, *clocktesting.FakePassiveClock, *registrar.InFlight) {
+	t0 := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	clock := clocktesting.NewFakePassiveClock(t0)
+	return t0, clock, &registrar.InFlight{Quarantine: 20 * time.Second, Clock: clock}
 }

@@ -162,8 +162,10 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, claim *ipamv1.IPAddres
 		return ctrl.Result{}, errors.Wrap(err, "failed to fetch address")
 	}
 	if address.Name != "" {
-		p := client.MergeFrom(address.DeepCopy())
-		if controllerutil.RemoveFinalizer(address, ipamutil.ProtectAddressFinalizer) {
+		if controllerutil.ContainsFinalizer(address, ipamutil.ProtectAddressFinalizer) {
+			// Written by an earlier version (this one adds none).
+			p := client.MergeFrom(address.DeepCopy())
+			controllerutil.RemoveFinalizer(address, ipamutil.ProtectAddressFinalizer)
 			if err := r.Client.Patch(ctx, address, p); err != nil && !apierrors.IsNotFound(err) {
 				return ctrl.Result{}, errors.Wrap(err, "failed to remove address finalizer")
 			}
