@@ -191,7 +191,9 @@ func waitGone(t *testing.T, obj client.Object) {
 	NewWithT(t).Eventually(func() bool {
 		err := env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj)
 		return err != nil && client.IgnoreNotFound(err) == nil
-	}, eventually, poll).Should(BeTrue(), "%s was not deleted", obj.GetName())
+	}, eventually, poll).Should(BeTrue(), func() string {
+		return fmt.Sprintf("%s was not deleted: finalizers %v; the manager's log about it:\n%s", obj.GetName(), obj.GetFinalizers(), managerLines(obj.GetName()))
+	})
 }
 
 // identity is the IPAM-API identity a claim named serviceName in ns registers under

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -251,7 +252,16 @@ func (e *Env) StopManager() error {
 		return nil
 	}
 	e.mgr.cancel()
-	err := <-e.mgr.done
+	var err error
+	select {
+	case err = <-e.mgr.done:
+	case <-time.After(45 * time.Second):
+		// controller-runtime gives its runnables 30 s: something ignores its context.
+		// The stacks show what.
+		_, _ = fmt.Fprintln(os.Stderr, "the manager did not stop in 45 s; its goroutines:")
+		_ = pprof.Lookup("goroutine").WriteTo(os.Stderr, 1)
+		err = <-e.mgr.done
+	}
 	e.mgr = nil
 	return err
 }

@@ -120,7 +120,8 @@ func secretChanged(sec *registrar.Secret) outcome {
 type sent struct {
 	res *ipamapi.Response
 	err error
-	// firstAttempt is true when no earlier request for it was ever recorded.
+	// firstAttempt is true when no earlier request was ever sent under the record (its
+	// attempt time is set only when one is).
 	firstAttempt bool
 }
 
@@ -139,34 +140,44 @@ func (h *Handler) send(ctx context.Context, api ipamapi.Client, sec *registrar.S
 	return s, nil
 }
 
-// writePending records the registration with a new attempt time, and then checks that
-// the Secret it names is protected: the Secret controller protects it once it sees the
-// record, and only then is anything sent under it.
+// writePending records the registration with a new attempt time, once the Secret it
+// names is protected: the Secret controller protects it once it sees a record naming
+// it, and only then is anything sent under it.
+//
+// A record's attempt time is set only when a request goes out under it: a record
+// without one was never sent, so the first answer to it is known to be the first (a
+// "no prefixes" then proves nothing is held, and an "updated" for a subnet candidate
+// means someone else holds it), and a claim deleted meanwhile has nothing to release.
 func (h *Handler) writePending(ctx context.Context, reg *record.Registration, sec *registrar.Secret) *outcome {
-	if !h.pendingWritten(reg) {
+	if !sec.Ready() {
+		// Not a condition: the Secret controller protects it within moments.
+		if !h.recordWritten(reg) {
+			if err := h.writeRecord(ctx, reg, map[string]*string{ipamv1alpha1.RefusedInputsAnnotation: nil}); err != nil {
+				o := transient(err)
+				return &o
+			}
+		}
+		o := transient(errors.Errorf("waiting for Secret %s/%s to be protected (finalizer %s) before anything is registered under it",
+			sec.Ref.Namespace, sec.Ref.Name, ipamv1alpha1.SecretInUseFinalizer))
+		return &o
+	}
+	if !h.InFlight.MayResendUnder(h.claim.UID, reg.Attempt, h.Config.RequestTimeout) || !h.recordWritten(reg) {
+		// A request sent now may not go under the recorded attempt time (saving the
+		// write of a new one): its outcome is unknown, or it is too old.
 		reg.Attempt = h.InFlight.AttemptTime()
 		if err := h.writeRecord(ctx, reg, map[string]*string{ipamv1alpha1.RefusedInputsAnnotation: nil}); err != nil {
 			o := transient(err)
 			return &o
 		}
 	}
-	if !sec.Ready() {
-		h.InFlight.SawAnswer(h.claim.UID, reg.Attempt) // nothing was sent
-		// Not a condition: the Secret controller protects it within moments.
-		o := transient(errors.Errorf("waiting for Secret %s/%s to be protected (finalizer %s) before anything is registered under it",
-			sec.Ref.Namespace, sec.Ref.Name, ipamv1alpha1.SecretInUseFinalizer))
-		return &o
-	}
 	return nil
 }
 
-// pendingWritten reports whether the claim already has this very pending record, with
-// its finalizer, under an attempt time that may be sent under again (a retry soon after
-// a request that was never sent or was answered): then nothing is written.
-func (h *Handler) pendingWritten(reg *record.Registration) bool {
+// recordWritten reports whether the claim already has this very record, with its
+// finalizer and without a refusal: then nothing is written.
+func (h *Handler) recordWritten(reg *record.Registration) bool {
 	if _, refused := h.written.Annotations[ipamv1alpha1.RefusedInputsAnnotation]; refused ||
-		!controllerutil.ContainsFinalizer(h.written, ipamutil.ReleaseAddressFinalizer) ||
-		!h.InFlight.MayResendUnder(h.claim.UID, reg.Attempt, h.Config.RequestTimeout) {
+		!controllerutil.ContainsFinalizer(h.written, ipamutil.ReleaseAddressFinalizer) {
 		return false
 	}
 	want := &ipamv1.IPAddressClaim{}

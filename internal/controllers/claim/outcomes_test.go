@@ -6,9 +6,12 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/record"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi/sim"
 )
 
@@ -110,6 +113,11 @@ func TestOutcomes(t *testing.T) {
 				t.Errorf("refused for good, but sent %d more times", again)
 			}
 			w.check()
+			// Whatever failed, the claim can be deleted, and nothing is left held.
+			w.api.ClearFaults()
+			w.deleteClaims("c")
+			w.settle()
+			w.gone(t, "c")
 		})
 	}
 }
@@ -180,6 +188,72 @@ func TestRefusedClaimsGoOnOnceFixed(t *testing.T) {
 		w.settle()
 		if w.addressOf("c") == nil {
 			t.Fatalf("the claim did not bind after its pool was fixed:\n%s", w.describe())
+		}
+		w.check()
+	})
+}
+
+// A claim's first reconcile often meets its Secret before the Secret controller has
+// protected it: the pending record goes out, nothing is sent. The first request sent
+// later is then still the first under that record, and a claim deleted before it has
+// nothing to release.
+func TestSecretNotProtectedYet(t *testing.T) {
+	reconcile := func(w *world, name string) {
+		_, _ = w.claims.Reconcile(w.ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(claimObj(name, "", nil))})
+	}
+	recordOf := func(w *world, name string) *record.Registration {
+		reg, err := record.OnClaim(w.get(claimObj(name, "", nil)).GetAnnotations())
+		must(w.t, err)
+		return reg
+	}
+	t.Run("deleted before anything was sent", func(t *testing.T) {
+		w := newWorld(t)
+		pools(w)
+		w.create(claimObj("c", "routed", map[string]string{ipamv1alpha1.SecretAnnotation: "old"}))
+		reconcile(w, "c")
+		if reg := recordOf(w, "c"); reg == nil || !reg.Attempt.IsZero() {
+			t.Fatalf("record %+v, want a pending record without an attempt time (nothing sent)", reg)
+		}
+		w.deleteClaims("c")
+		reconcile(w, "c")
+		w.gone(t, "c")
+		if n := w.api.Stats().Total(sim.RouteRegister) + w.api.Stats().Total(sim.RouteRelease); n != 0 {
+			t.Errorf("%d requests sent for a claim deleted before anything was sent", n)
+		}
+	})
+	t.Run("the zone has no prefixes of the family", func(t *testing.T) {
+		w := newWorld(t)
+		w.create(&ipamv1alpha1.VitistackIPPool{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "v6"},
+			Spec: ipamv1alpha1.VitistackIPPoolSpec{Zone: "hnet-private", IPFamily: ipamv1alpha1.IPv6}})
+		w.create(claimObj("c", "v6", nil))
+		w.settle() // not protected at the first pass, protected at the second
+		if reg := recordOf(w, "c"); reg != nil {
+			t.Errorf("the refused claim keeps the record %+v: its only request proved nothing is held", reg)
+		}
+		w.deleteClaims("c")
+		w.settle()
+		w.gone(t, "c")
+	})
+	t.Run("a subnet candidate another holder of the Secret has", func(t *testing.T) {
+		w := newWorld(t)
+		pools(w)
+		api, err := ipamapi.NewClient(w.url, ipamapi.Options{})
+		must(t, err)
+		// The first usable address of the subnet, held outside the cluster under the
+		// same Secret value.
+		_, err = api.Register(w.ctx, ipamapi.Request{Secret: "old-secret-value-1", Zone: "hnet-private", Family: ipamapi.FamilyIPv4,
+			Address: "10.50.0.2/32", Identity: ipamapi.Identity{ServiceName: "elsewhere", NamespaceID: "x", ClusterID: "y"}})
+		must(t, err)
+		w.create(claimObj("c", "subnet", map[string]string{ipamv1alpha1.SecretAnnotation: "old"}))
+		w.settle()
+		addr := w.addressOf("c")
+		if addr == nil || addr.Spec.Address == "10.50.0.2" {
+			t.Fatalf("the claim is bound to %v, want another address than the one held elsewhere:\n%s", addr, w.describe())
+		}
+		for _, h := range w.api.Holders("10.50.0.2/32") {
+			if h.ServiceName != "elsewhere" && h.State == sim.HoldLive {
+				t.Errorf("10.50.0.2 is held by %+v too, want its owner alone", h)
+			}
 		}
 		w.check()
 	})

@@ -33,6 +33,11 @@ func (h *Handler) release(ctx context.Context) outcome {
 		h.forget()
 		return outcome{}
 	}
+	if !reg.Registered && reg.Attempt.IsZero() {
+		// A pending record without an attempt time: nothing was ever sent under it (or
+		// what was is settled), so nothing is held for it.
+		return h.released(ctx, reg, "nothing was sent")
+	}
 	if _, moving := h.claim.Annotations[clusterctlv1.DeleteForMoveAnnotation]; moving {
 		ctrl.LoggerFrom(ctx).V(2).Info("Claim deleted by clusterctl move, keeping its address registered")
 		h.forget()
