@@ -258,8 +258,9 @@ func (e *Env) StopManager() error {
 		return nil
 	}
 	e.mgr.cancel()
-	// controller-runtime gives its runnables 30 s to end. One that is still running
-	// after 20 s ignores its context: the stacks of the goroutines show which.
+	// A runnable still running 20 s after the manager was told to stop (it has 2
+	// minutes, see StartManager) is slow or ignores its context: the goroutines'
+	// stacks show which.
 	dump := time.AfterFunc(20*time.Second, func() {
 		_, _ = fmt.Fprintf(os.Stderr, "the manager has not stopped 20 s after it was told to; its goroutines:\n%s\n", providerStacks())
 	})

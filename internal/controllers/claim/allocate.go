@@ -149,26 +149,23 @@ func (h *Handler) send(ctx context.Context, api ipamapi.Client, sec *registrar.S
 // "no prefixes" then proves nothing is held, and an "updated" for a subnet candidate
 // means someone else holds it), and a claim deleted meanwhile has nothing to release.
 func (h *Handler) writePending(ctx context.Context, reg *record.Registration, sec *registrar.Secret) *outcome {
-	if !sec.Ready() {
-		// Not a condition: the Secret controller protects it within moments.
-		if !h.recordWritten(reg) {
-			if err := h.writeRecord(ctx, reg, map[string]*string{ipamv1alpha1.RefusedInputsAnnotation: nil}); err != nil {
-				o := transient(err)
-				return &o
-			}
-		}
-		o := transient(errors.Errorf("waiting for Secret %s/%s to be protected (finalizer %s) before anything is registered under it",
-			sec.Ref.Namespace, sec.Ref.Name, ipamv1alpha1.SecretInUseFinalizer))
-		return &o
+	ready, written := sec.Ready(), h.recordWritten(reg)
+	if ready && (!written || !h.InFlight.MayResendUnder(h.claim.UID, reg.Attempt, h.Config.RequestTimeout)) {
+		// The request about to go out may not go under the recorded attempt time (which
+		// would save a write): its outcome is unknown, or it is too old.
+		reg.Attempt, written = h.InFlight.AttemptTime(), false
 	}
-	if !h.InFlight.MayResendUnder(h.claim.UID, reg.Attempt, h.Config.RequestTimeout) || !h.recordWritten(reg) {
-		// A request sent now may not go under the recorded attempt time (saving the
-		// write of a new one): its outcome is unknown, or it is too old.
-		reg.Attempt = h.InFlight.AttemptTime()
+	if !written {
 		if err := h.writeRecord(ctx, reg, map[string]*string{ipamv1alpha1.RefusedInputsAnnotation: nil}); err != nil {
 			o := transient(err)
 			return &o
 		}
+	}
+	if !ready {
+		// Not a condition: the Secret controller protects it within moments.
+		o := transient(errors.Errorf("waiting for Secret %s/%s to be protected (finalizer %s) before anything is registered under it",
+			sec.Ref.Namespace, sec.Ref.Name, ipamv1alpha1.SecretInUseFinalizer))
+		return &o
 	}
 	return nil
 }

@@ -95,7 +95,7 @@ func startProvider(ctx context.Context, o *options, cp *localcluster.ControlPlan
 	}
 	env := []string{"KUBECONFIG=" + cp.Kubeconfig}
 	p.diagnostics = localcluster.HostPort(metrics)
-	diagnostics := []string{"--diagnostics-address=" + localcluster.HostPort(metrics), "--leader-elect=false"}
+	diagnostics := []string{"--diagnostics-address=" + p.diagnostics, "--leader-elect=false"}
 	if o.heapProfile == "" || spec.provider != vitistack || !spec.memoryOnly {
 		diagnostics = append(diagnostics, "--insecure-diagnostics")
 	}
