@@ -13,11 +13,11 @@ import (
 	logsv1 "k8s.io/component-base/logs/api/v1"
 	_ "k8s.io/component-base/logs/json/register" // --logging-format=json
 	"k8s.io/klog/v2"
-	"sigs.k8s.io/cluster-api/util/flags"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/diagnostics"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/manager"
 )
 
@@ -35,7 +35,7 @@ func run(args []string) error {
 	fs := pflag.NewFlagSet("manager", pflag.ContinueOnError)
 	var (
 		opts            manager.Options
-		managerOptions  flags.ManagerOptions
+		diagOptions     diagnostics.Options
 		logOptions      = logs.NewOptions()
 		leaderElect     bool
 		leaderElectNS   string
@@ -50,7 +50,7 @@ func run(args []string) error {
 		showVersionOnly bool
 	)
 	opts.AddFlags(fs)
-	flags.AddManagerOptions(fs, &managerOptions)
+	diagnostics.AddFlags(fs, &diagOptions)
 	logsv1.AddFlags(logOptions, fs)
 	fs.BoolVar(&leaderElect, "leader-elect", false, "Elect a leader so that only one replica reconciles at a time.")
 	fs.StringVar(&leaderElectNS, "leader-elect-namespace", "", "Namespace of the leader election Lease (default: the Pod's own; required out of cluster).")
@@ -86,7 +86,7 @@ func run(args []string) error {
 		setupLog.V(1).Info("No memory limit found for GOMEMLIMIT", "reason", err.Error())
 	}
 
-	tlsOpts, metricsOpts, err := flags.GetManagerOptions(managerOptions)
+	tlsOpts, metricsOpts, err := diagnostics.ManagerOptions(diagOptions)
 	if err != nil {
 		return err
 	}

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"crypto/tls"
 	"debug/elf"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -14,6 +16,12 @@ import (
 
 	"github.com/go-logr/logr"
 	. "github.com/onsi/gomega"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -60,10 +68,13 @@ func TestBinaryIsStaticAndStarts(t *testing.T) {
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	g.Expect(clientcmd.WriteToFile(*localcluster.KubeconfigFor(cfg, "test"), kubeconfig)).To(Succeed())
 
-	port := freePort(t)
+	port, diagPort := freePort(t), freePort(t)
+	// The diagnostics endpoint as shipped: https, every request reviewed by the API
+	// server. --v=5 logs every refusal, so that the check below that no token is logged
+	// can fail.
 	cmd := exec.Command(bin, "--enable-webhooks=false", "--ipam-api-url=http://127.0.0.1:3000",
-		"--health-addr=127.0.0.1:"+strconv.Itoa(port), "--insecure-diagnostics", "--diagnostics-address=127.0.0.1:0",
-		"--logging-format=json")
+		"--health-addr=127.0.0.1:"+strconv.Itoa(port), "--diagnostics-address=127.0.0.1:"+strconv.Itoa(diagPort),
+		"--logging-format=json", "--v=5")
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
 	logs := &testenv.Logs{}
 	cmd.Stdout, cmd.Stderr = logs, logs
@@ -78,6 +89,8 @@ func TestBinaryIsStaticAndStarts(t *testing.T) {
 		return res.StatusCode
 	}, time.Minute, 200*time.Millisecond).Should(Equal(http.StatusOK), "logs: %s", logs)
 	g.Expect(logs.String()).To(ContainSubstring(`"msg":"Starting manager"`))
+
+	diagnosticsAreReviewed(t, cfg, "https://127.0.0.1:"+strconv.Itoa(diagPort), logs)
 
 	g.Expect(cmd.Process.Signal(syscall.SIGTERM)).To(Succeed())
 	done := make(chan error, 1)
@@ -100,4 +113,64 @@ func freePort(t *testing.T) int {
 	NewWithT(t).Expect(err).NotTo(HaveOccurred())
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+// diagnosticsAreReviewed checks the secure diagnostics endpoint at url as a scraper
+// meets it: no token, or one the API server does not know, is 401; a ServiceAccount
+// without RBAC for the path is 403; one allowed `get` on /metrics reads the metrics
+// and nothing else. No token appears in the manager's log.
+func diagnosticsAreReviewed(t *testing.T, cfg *rest.Config, url string, logs *testenv.Logs) {
+	g := NewWithT(t)
+	ctx := t.Context()
+	cs, err := kubernetes.NewForConfig(cfg)
+	g.Expect(err).NotTo(HaveOccurred())
+	token := func(name string) string {
+		_, err := cs.CoreV1().ServiceAccounts("default").Create(ctx,
+			&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		tr, err := cs.CoreV1().ServiceAccounts("default").CreateToken(ctx, name, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		return tr.Status.Token
+	}
+	stranger, scraper := token("stranger"), token("scraper")
+	_, err = cs.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "scraper"},
+		Rules: []rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}}}, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "scraper"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "scraper"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: "default", Name: "scraper"}}}, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+
+	// The endpoint's certificate is self-signed, made at the manager's start.
+	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	get := func(path, token string) (int, string) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+path, http.NoBody)
+		g.Expect(err).NotTo(HaveOccurred())
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		res, err := hc.Do(req)
+		g.Expect(err).NotTo(HaveOccurred())
+		defer func() { _ = res.Body.Close() }()
+		body, err := io.ReadAll(res.Body)
+		g.Expect(err).NotTo(HaveOccurred())
+		return res.StatusCode, string(body)
+	}
+	code, _ := get("/metrics", "")
+	g.Expect(code).To(Equal(http.StatusUnauthorized), "no token")
+	code, _ = get("/metrics", "not-a-token")
+	g.Expect(code).To(Equal(http.StatusUnauthorized), "a token the API server does not know")
+	code, body := get("/metrics", stranger)
+	g.Expect(code).To(Equal(http.StatusForbidden), "a ServiceAccount without RBAC for /metrics")
+	g.Expect(body).To(ContainSubstring("Authorization denied for user system:serviceaccount:default:stranger"))
+	code, body = get("/metrics", scraper)
+	g.Expect(code).To(Equal(http.StatusOK), "the scraper: %s", body)
+	g.Expect(body).To(ContainSubstring(`capi_reconcile_total{controller="VitistackIPPool"`), "the provider's metrics")
+	code, _ = get("/debug/pprof/", scraper)
+	g.Expect(code).To(Equal(http.StatusForbidden), "the scraper may read /metrics only")
+
+	g.Expect(logs.String()).To(ContainSubstring("Authorization denied"), "--v=5 logs refusals")
+	for _, tok := range []string{stranger, scraper, "not-a-token"} {
+		g.Expect(logs.String()).NotTo(ContainSubstring(tok))
+	}
 }
