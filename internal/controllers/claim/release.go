@@ -36,7 +36,7 @@ func (h *Handler) release(ctx context.Context) outcome {
 	if !reg.Registered && reg.Attempt.IsZero() {
 		// A pending record without an attempt time: nothing was ever sent under it (or
 		// what was is settled), so nothing is held for it.
-		return h.released(ctx, reg, "nothing was sent")
+		return h.released(ctx, reg, nothingSent)
 	}
 	if _, moving := h.claim.Annotations[clusterctlv1.DeleteForMoveAnnotation]; moving {
 		ctrl.LoggerFrom(ctx).V(2).Info("Claim deleted by clusterctl move, keeping its address registered")
@@ -139,9 +139,16 @@ func releaseFailed(msg string) outcome {
 func (h *Handler) released(ctx context.Context, reg *record.Registration, how string) outcome {
 	record.Remove(h.claim)
 	h.forget()
-	ctrl.LoggerFrom(ctx).V(2).Info("Released address in the IPAM-API", "address", reg.Address, "how", how)
+	msg := "Released address in the IPAM-API"
+	if how == nothingSent {
+		msg = "Dropped a registration record that was never sent: nothing to release"
+	}
+	ctrl.LoggerFrom(ctx).V(2).Info(msg, "address", reg.Address, "how", how)
 	return outcome{}
 }
+
+// nothingSent is how a claim goes whose record was never sent to the IPAM-API.
+const nothingSent = "nothing was sent"
 
 // recorded finds what was registered for the claim: the IPAddress's record, else the
 // claim's record, else nothing.
