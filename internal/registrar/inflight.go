@@ -31,9 +31,16 @@ type InFlight struct {
 	reserved map[string][]reservation
 	byClaim  map[types.UID][]string
 	answered map[types.UID]time.Time
-	waits    map[types.UID]wait
-	origin   time.Time
+	// pruneAbove is how many answers may be remembered before the old ones are pruned:
+	// twice what was left by the last pruning, at least minPruneAbove, so that the pass
+	// over all answers happens once per doubling, not on every answer of a burst.
+	pruneAbove int
+	waits      map[types.UID]wait
+	origin     time.Time
 }
+
+// minPruneAbove is the fewest answers remembered before old ones are pruned.
+const minPruneAbove = 4096
 
 type reservation struct {
 	uid  types.UID
@@ -135,7 +142,7 @@ func (f *InFlight) Forget(uid types.UID) {
 		f.reserved, f.byClaim = nil, nil
 	}
 	if len(f.answered) == 0 {
-		f.answered = nil
+		f.answered, f.pruneAbove = nil, 0
 	}
 	if len(f.waits) == 0 {
 		f.waits = nil
@@ -152,7 +159,7 @@ func (f *InFlight) SawAnswer(uid types.UID, attempt time.Time) {
 	}
 	f.answered[uid] = attempt
 	delete(f.waits, uid)
-	if len(f.answered) > 4096 {
+	if len(f.answered) > max(f.pruneAbove, minPruneAbove) {
 		// Answers older than the quarantine tell nothing any more.
 		now := f.Now()
 		for u, t := range f.answered {
@@ -160,6 +167,7 @@ func (f *InFlight) SawAnswer(uid types.UID, attempt time.Time) {
 				delete(f.answered, u)
 			}
 		}
+		f.pruneAbove = 2 * len(f.answered)
 	}
 }
 

@@ -2,6 +2,7 @@ package registrar_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -171,4 +172,27 @@ func clockedInFlight() (time.Time, *clocktesting.FakePassiveClock, *registrar.In
 	t0 := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 	clock := clocktesting.NewFakePassiveClock(t0)
 	return t0, clock, &registrar.InFlight{Quarantine: 20 * time.Second, Clock: clock}
+}
+
+// Answers older than the quarantine are pruned once thousands are remembered, with one
+// pass over them each time their number doubles, not one on every answer of a burst.
+func TestInFlightPrunesOldAnswersOncePerDoubling(t *testing.T) {
+	g := NewWithT(t)
+	t0, clock, f := clockedInFlight()
+	answer := func(from, to int) {
+		for i := from; i < to; i++ {
+			f.SawAnswer(types.UID(fmt.Sprint("u", i)), clock.Now())
+		}
+	}
+	answered := func() int { _, a, _ := f.Len(); return a }
+
+	answer(0, 4097) // a pass, with nothing old enough to go
+	g.Expect(answered()).To(Equal(4097))
+	clock.SetTime(t0.Add(30 * time.Second))
+	answer(4097, 8194)
+	g.Expect(answered()).To(Equal(8194), "no pass before the number doubled")
+	answer(8194, 8195)
+	g.Expect(answered()).To(Equal(8195-4097), "the pass dropped every answer older than the quarantine")
+	f.SawAnswer("u0", clock.Now())
+	g.Expect(f.MayResendUnder("u0", clock.Now(), time.Second)).To(BeTrue(), "a fresh answer is remembered")
 }
