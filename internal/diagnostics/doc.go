@@ -4,7 +4,9 @@
 // TokenReview and authorized with a SubjectAccessReview for its path, unless insecure.
 //
 // It does what controller-runtime's metrics filter does with the API server's own
-// delegating authenticator and authorizer, without linking k8s.io/apiserver (and with
-// it CEL, gRPC and OpenTelemetry): the manager's binary is 15 MB smaller, and so is
-// the part of it that stays resident.
+// delegating authenticator and authorizer (the same cache times, the same retries of a
+// review that failed for a passing reason), without linking k8s.io/apiserver and with
+// it CEL, gRPC and OpenTelemetry's SDK and exporters: the manager's binary is 15 MB
+// smaller, and its resident code about 10 MiB. One difference, on purpose: a token the
+// API server does not know is a 401 (remembered for 10 s), not a 500.
 package diagnostics

@@ -5,16 +5,22 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/cache"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"k8s.io/apimachinery/pkg/util/wait"
 	authenticationclient "k8s.io/client-go/kubernetes/typed/authentication/v1"
 	authorizationclient "k8s.io/client-go/kubernetes/typed/authorization/v1"
 	"k8s.io/client-go/rest"
@@ -34,6 +40,11 @@ const (
 	reviewTimeout   = 10 * time.Second
 )
 
+// reviewBackoff is how a review that failed for a passing reason (a timeout, a 429 or
+// 5xx, a connection reset) is tried again: 5 tries over about 3 s, as the API server's
+// delegating authenticator and authorizer do.
+var reviewBackoff = wait.Backoff{Duration: 500 * time.Millisecond, Factor: 1.5, Jitter: 0.2, Steps: 5}
+
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
 
@@ -51,11 +62,12 @@ func WithAuthenticationAndAuthorization(config *rest.Config, httpClient *http.Cl
 	if err != nil {
 		return nil, err
 	}
-	return newReviewer(authn.TokenReviews(), authz.SubjectAccessReviews(), clock.RealClock{}).filter, nil
+	return newReviewer(authn.TokenReviews(), authz.SubjectAccessReviews(), clock.RealClock{}, reviewBackoff).filter, nil
 }
 
-func newReviewer(tokens authenticationclient.TokenReviewInterface, access authorizationclient.SubjectAccessReviewInterface, clk clock.PassiveClock) *reviewer {
-	return &reviewer{tokens: tokens, access: access,
+func newReviewer(tokens authenticationclient.TokenReviewInterface, access authorizationclient.SubjectAccessReviewInterface,
+	clk clock.PassiveClock, backoff wait.Backoff) *reviewer {
+	return &reviewer{tokens: tokens, access: access, backoff: backoff,
 		users: cache.NewLRUExpireCacheWithClock(cacheSize, clk), decisions: cache.NewLRUExpireCacheWithClock(cacheSize, clk)}
 }
 
@@ -66,6 +78,7 @@ type reviewer struct {
 	access    authorizationclient.SubjectAccessReviewInterface
 	users     *cache.LRUExpireCache // sha256 of a token → reviewedToken
 	decisions *cache.LRUExpireCache // a SubjectAccessReview's spec → allowed
+	backoff   wait.Backoff
 }
 
 type reviewedToken struct {
@@ -99,6 +112,9 @@ func (r *reviewer) filter(log logr.Logger, next http.Handler) (http.Handler, err
 			http.Error(w, msg, http.StatusForbidden)
 			return
 		}
+		// The handlers need no credentials.
+		req = req.Clone(req.Context())
+		req.Header.Del("Authorization")
 		next.ServeHTTP(w, req)
 	}), nil
 }
@@ -116,13 +132,19 @@ func (r *reviewer) authenticate(req *http.Request) (authenticationv1.UserInfo, b
 		t := v.(reviewedToken)
 		return t.user, t.authenticated, nil
 	}
-	ctx, cancel := context.WithTimeout(req.Context(), reviewTimeout)
-	defer cancel()
-	review, err := r.tokens.Create(ctx, &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: token}}, metav1.CreateOptions{})
+	var review *authenticationv1.TokenReview
+	err := r.retry(req.Context(), func(ctx context.Context) (err error) {
+		review, err = r.tokens.Create(ctx, &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: token}}, metav1.CreateOptions{})
+		return err
+	})
 	if err != nil {
 		return authenticationv1.UserInfo{}, false, fmt.Errorf("reviewing the token: %w", err)
 	}
 	t := reviewedToken{authenticated: review.Status.Authenticated && review.Status.Error == "", user: review.Status.User}
+	if t.authenticated && !slices.Contains(t.user.Groups, allAuthenticated) {
+		// As the API server's token authenticator: every authenticated user is in it.
+		t.user.Groups = append(t.user.Groups, allAuthenticated)
+	}
 	ttl := tokenTTL
 	if !t.authenticated {
 		ttl = unknownTokenTTL
@@ -158,9 +180,11 @@ func (r *reviewer) authorize(ctx context.Context, user authenticationv1.UserInfo
 	if v, ok := r.decisions.Get(key); ok {
 		return v.(bool), nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, reviewTimeout)
-	defer cancel()
-	review, err := r.access.Create(ctx, &authorizationv1.SubjectAccessReview{Spec: spec}, metav1.CreateOptions{})
+	var review *authorizationv1.SubjectAccessReview
+	err = r.retry(ctx, func(ctx context.Context) (err error) {
+		review, err = r.access.Create(ctx, &authorizationv1.SubjectAccessReview{Spec: spec}, metav1.CreateOptions{})
+		return err
+	})
 	if err != nil {
 		return false, fmt.Errorf("reviewing the access: %w", err)
 	}
@@ -171,4 +195,35 @@ func (r *reviewer) authorize(ctx context.Context, user authenticationv1.UserInfo
 	}
 	r.decisions.Add(key, allowed, ttl)
 	return allowed, nil
+}
+
+// allAuthenticated is the group of every authenticated user.
+const allAuthenticated = "system:authenticated"
+
+// retry calls review, each try limited to reviewTimeout, until it succeeds, fails for
+// good, or the backoff's tries are used up.
+func (r *reviewer) retry(ctx context.Context, review func(context.Context) error) error {
+	var last error
+	err := wait.ExponentialBackoffWithContext(ctx, r.backoff, func(ctx context.Context) (bool, error) {
+		tctx, cancel := context.WithTimeout(ctx, reviewTimeout)
+		defer cancel()
+		last = review(tctx)
+		if last != nil && passing(last) {
+			return false, nil
+		}
+		return true, last
+	})
+	if wait.Interrupted(err) && last != nil {
+		return last
+	}
+	return err
+}
+
+// passing reports whether a review failed for a reason that may be gone a moment later.
+func passing(err error) bool {
+	var netErr net.Error
+	return apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err) || apierrors.IsTooManyRequests(err) ||
+		apierrors.IsInternalError(err) || apierrors.IsServiceUnavailable(err) || apierrors.IsUnexpectedServerError(err) ||
+		utilnet.IsConnectionReset(err) || utilnet.IsHTTP2ConnectionLost(err) || utilnet.IsProbableEOF(err) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.As(err, &netErr)
 }

@@ -33,7 +33,9 @@ type InFlight struct {
 	answered map[types.UID]time.Time
 	// pruneAbove is how many answers may be remembered before the old ones are pruned:
 	// twice what was left by the last pruning, at least minPruneAbove, so that the pass
-	// over all answers happens once per doubling, not on every answer of a burst.
+	// over all answers happens once per doubling, not on every answer of a burst. (After
+	// a large burst, stale answers may pile up to that many before the next pass; each
+	// is a few bytes, and answers of bound or deleted claims are forgotten at once.)
 	pruneAbove int
 	waits      map[types.UID]wait
 	origin     time.Time

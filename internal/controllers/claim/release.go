@@ -36,7 +36,7 @@ func (h *Handler) release(ctx context.Context) outcome {
 	if !reg.Registered && reg.Attempt.IsZero() {
 		// A pending record without an attempt time: nothing was ever sent under it (or
 		// what was is settled), so nothing is held for it.
-		return h.released(ctx, reg, nothingSent)
+		return h.released(ctx, reg, "Dropped a registration record that was never sent: nothing to release")
 	}
 	if _, moving := h.claim.Annotations[clusterctlv1.DeleteForMoveAnnotation]; moving {
 		ctrl.LoggerFrom(ctx).V(2).Info("Claim deleted by clusterctl move, keeping its address registered")
@@ -96,7 +96,7 @@ func (h *Handler) release(ctx context.Context) outcome {
 			}
 			switch {
 			case err != nil && provesNothingHeld(err):
-				return h.released(ctx, reg, "nothing was held")
+				return h.released(ctx, reg, "Dropped a registration record: the IPAM-API proved that nothing was held under it")
 			case err != nil:
 				return releaseFailed(err.Error())
 			}
@@ -110,9 +110,9 @@ func (h *Handler) release(ctx context.Context) outcome {
 		if !ipamapi.IsNotHeld(err) && (reg.Registered || ipamapi.ClassOf(err) != ipamapi.ClassValidation) {
 			return releaseFailed(err.Error())
 		}
-		return h.released(ctx, reg, "it was not held (any more)")
+		return h.released(ctx, reg, "The IPAM-API did not hold the address (any more): nothing to release")
 	}
-	o := h.released(ctx, reg, fmt.Sprintf("retention %d days", reg.RetentionPeriodDays))
+	o := h.released(ctx, reg, "Released address in the IPAM-API", "retentionPeriodDays", reg.RetentionPeriodDays)
 	if reg.RetentionPeriodDays > 0 {
 		// The address is not free yet: say for how long the IPAM-API keeps it.
 		o = o.note(corev1.EventTypeNormal, "Released", actionRelease, fmt.Sprintf("Released %s in zone %s; the IPAM-API keeps it "+
@@ -132,23 +132,16 @@ func releaseFailed(msg string) outcome {
 	return failed(ipamv1alpha1.ClaimReadyReleaseFailedReason, "releasing the address failed, retrying with back-off: "+msg).releasing()
 }
 
-// released finishes a release: the record goes (the Reconciler then removes the
-// claim's finalizer in the same patch). The Secret controller drops the Secret's
-// finalizer once nothing records it any more. No event: the claim is gone a moment
+// released finishes a release, logging msg: the record goes (the Reconciler then
+// removes the claim's finalizer in the same patch). The Secret controller drops the
+// Secret's finalizer once nothing records it any more. No event: the claim is gone a moment
 // later (one is sent when retention keeps the address).
-func (h *Handler) released(ctx context.Context, reg *record.Registration, how string) outcome {
+func (h *Handler) released(ctx context.Context, reg *record.Registration, msg string, kv ...any) outcome {
 	record.Remove(h.claim)
 	h.forget()
-	msg := "Released address in the IPAM-API"
-	if how == nothingSent {
-		msg = "Dropped a registration record that was never sent: nothing to release"
-	}
-	ctrl.LoggerFrom(ctx).V(2).Info(msg, "address", reg.Address, "how", how)
+	ctrl.LoggerFrom(ctx).V(2).Info(msg, append([]any{"address", reg.Address}, kv...)...)
 	return outcome{}
 }
-
-// nothingSent is how a claim goes whose record was never sent to the IPAM-API.
-const nothingSent = "nothing was sent"
 
 // recorded finds what was registered for the claim: the IPAddress's record, else the
 // claim's record, else nothing.
