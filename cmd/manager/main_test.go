@@ -68,7 +68,8 @@ func TestBinaryIsStaticAndStarts(t *testing.T) {
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	g.Expect(clientcmd.WriteToFile(*localcluster.KubeconfigFor(cfg, "test"), kubeconfig)).To(Succeed())
 
-	port, diagPort := freePort(t), freePort(t)
+	ports := freePorts(t, 2)
+	port, diagPort := ports[0], ports[1]
 	// The diagnostics endpoint as shipped: https, every request reviewed by the API
 	// server. --v=5 logs every refusal, so that the check below that no token is logged
 	// can fail.
@@ -108,11 +109,16 @@ func assets(t *testing.T) string {
 	return ""
 }
 
-func freePort(t *testing.T) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	NewWithT(t).Expect(err).NotTo(HaveOccurred())
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+// freePorts returns n different free ports (all are held until all are chosen).
+func freePorts(t *testing.T, n int) []int {
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		NewWithT(t).Expect(err).NotTo(HaveOccurred())
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports
 }
 
 // diagnosticsAreReviewed checks the secure diagnostics endpoint at url as a scraper
@@ -143,13 +149,24 @@ func diagnosticsAreReviewed(t *testing.T, cfg *rest.Config, url string, logs *te
 
 	// The endpoint's certificate is self-signed, made at the manager's start.
 	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
-	get := func(path, token string) (int, string) {
+	try := func(path, token string) (*http.Response, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+path, http.NoBody)
 		g.Expect(err).NotTo(HaveOccurred())
 		if token != "" {
 			req.Header.Set("Authorization", "Bearer "+token)
 		}
-		res, err := hc.Do(req)
+		return hc.Do(req)
+	}
+	// /readyz answers before every runnable has started: wait for the endpoint to listen.
+	g.Eventually(func() error {
+		res, err := try("/metrics", "")
+		if err == nil {
+			_ = res.Body.Close()
+		}
+		return err
+	}, 30*time.Second, 100*time.Millisecond).Should(Succeed(), "logs: %s", logs)
+	get := func(path, token string) (int, string) {
+		res, err := try(path, token)
 		g.Expect(err).NotTo(HaveOccurred())
 		defer func() { _ = res.Body.Close() }()
 		body, err := io.ReadAll(res.Body)
