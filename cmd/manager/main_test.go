@@ -4,7 +4,6 @@ import (
 	"crypto/tls"
 	"debug/elf"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -16,11 +15,6 @@ import (
 
 	"github.com/go-logr/logr"
 	. "github.com/onsi/gomega"
-	authenticationv1 "k8s.io/api/authentication/v1"
-	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -68,7 +62,8 @@ func TestBinaryIsStaticAndStarts(t *testing.T) {
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	g.Expect(clientcmd.WriteToFile(*localcluster.KubeconfigFor(cfg, "test"), kubeconfig)).To(Succeed())
 
-	ports := freePorts(t, 2)
+	ports, err := localcluster.FreePorts(2)
+	g.Expect(err).NotTo(HaveOccurred())
 	port, diagPort := ports[0], ports[1]
 	// The diagnostics endpoint as shipped: https, every request reviewed by the API
 	// server. --v=5 logs every refusal, so that the check below that no token is logged
@@ -109,18 +104,6 @@ func assets(t *testing.T) string {
 	return ""
 }
 
-// freePorts returns n different free ports (all are held until all are chosen).
-func freePorts(t *testing.T, n int) []int {
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		NewWithT(t).Expect(err).NotTo(HaveOccurred())
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports
-}
-
 // diagnosticsAreReviewed checks the secure diagnostics endpoint at url as a scraper
 // meets it: no token, or one the API server does not know, is 401; a ServiceAccount
 // without RBAC for the path is 403; one allowed `get` on /metrics reads the metrics
@@ -128,23 +111,9 @@ func freePorts(t *testing.T, n int) []int {
 func diagnosticsAreReviewed(t *testing.T, cfg *rest.Config, url string, logs *testenv.Logs) {
 	g := NewWithT(t)
 	ctx := t.Context()
-	cs, err := kubernetes.NewForConfig(cfg)
+	stranger, err := localcluster.ServiceAccountToken(ctx, cfg, "default", "stranger")
 	g.Expect(err).NotTo(HaveOccurred())
-	token := func(name string) string {
-		_, err := cs.CoreV1().ServiceAccounts("default").Create(ctx,
-			&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
-		g.Expect(err).NotTo(HaveOccurred())
-		tr, err := cs.CoreV1().ServiceAccounts("default").CreateToken(ctx, name, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
-		g.Expect(err).NotTo(HaveOccurred())
-		return tr.Status.Token
-	}
-	stranger, scraper := token("stranger"), token("scraper")
-	_, err = cs.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "scraper"},
-		Rules: []rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}}}, metav1.CreateOptions{})
-	g.Expect(err).NotTo(HaveOccurred())
-	_, err = cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "scraper"},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "scraper"},
-		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: "default", Name: "scraper"}}}, metav1.CreateOptions{})
+	scraper, err := localcluster.ServiceAccountToken(ctx, cfg, "default", "scraper", "/metrics")
 	g.Expect(err).NotTo(HaveOccurred())
 
 	// The endpoint's certificate is self-signed, made at the manager's start.

@@ -233,7 +233,7 @@ func TestBearerToken(t *testing.T) {
 		"":              "",
 	} {
 		got, ok := bearerToken(header)
-		if got != want && ok || ok != (want != "") {
+		if ok != (want != "") || ok && got != want {
 			t.Errorf("bearerToken(%q) = %q, %v; want %q", header, got, ok, want)
 		}
 	}

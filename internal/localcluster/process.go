@@ -107,12 +107,26 @@ func (p *Process) Logs() string {
 
 // freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
 func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ports, err := freePorts(1)
 	if err != nil {
-		return 0, errors.Wrap(err, "finding a free port")
+		return 0, err
 	}
-	defer ln.Close() //nolint:errcheck // only its port was needed
-	return ln.Addr().(*net.TCPAddr).Port, nil
+	return ports[0], nil
+}
+
+// freePorts returns n different TCP ports on 127.0.0.1 that were free a moment ago:
+// each is held until all are chosen, so that no two are the same.
+func freePorts(n int) ([]int, error) {
+	ports := make([]int, 0, n)
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, errors.Wrap(err, "finding a free port")
+		}
+		defer ln.Close() //nolint:errcheck // only its port was needed
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
 }
 
 // waitFor calls check every 100 ms until it returns nil, the process ends or timeout.

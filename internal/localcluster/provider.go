@@ -180,14 +180,11 @@ func (c *ControlPlane) StartManager(ctx context.Context, also io.Writer, extra .
 	if err := clientcmd.WriteToFile(*KubeconfigFor(cfg, c.Name), kubeconfig); err != nil {
 		return nil, errors.Wrap(err, "writing the manager's kubeconfig")
 	}
-	health, err := freePort()
+	ports, err := freePorts(2)
 	if err != nil {
 		return nil, err
 	}
-	metrics, err := freePort()
-	if err != nil {
-		return nil, err
-	}
+	health, metrics := ports[0], ports[1]
 	args = append(args,
 		"--leader-elect-namespace="+manager.ProviderNamespace,
 		"--webhook-host=127.0.0.1", fmt.Sprintf("--webhook-port=%d", c.webhookPort), "--webhook-cert-dir="+c.certDir,

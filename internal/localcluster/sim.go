@@ -22,14 +22,11 @@ type Sim struct {
 
 // StartSim starts the stand-in on free loopback ports, its log in dir.
 func StartSim(dir string, p Paths, also io.Writer, args ...string) (*Sim, error) {
-	port, err := freePort()
+	ports, err := freePorts(2)
 	if err != nil {
 		return nil, err
 	}
-	debug, err := freePort()
-	if err != nil {
-		return nil, err
-	}
+	port, debug := ports[0], ports[1]
 	args = append([]string{"--listen", hostPort(port), "--debug-listen", hostPort(debug)}, args...)
 	proc, err := startProcess(dir, "ipam-api-sim", also, nil, p.Sim, args...)
 	if err != nil {

@@ -42,8 +42,8 @@ func (p *Process) WaitReady(ctx context.Context, url string, timeout time.Durati
 	return waitFor(p, timeout, "ready answer on "+url, func() error { return httpOK(ctx, url) })
 }
 
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func FreePort() (int, error) { return freePort() }
+// FreePorts returns n different TCP ports on 127.0.0.1 that were free a moment ago.
+func FreePorts(n int) ([]int, error) { return freePorts(n) }
 
 // HostPort is "127.0.0.1:<port>".
 func HostPort(port int) string { return hostPort(port) }

@@ -134,8 +134,8 @@ func releaseFailed(msg string) outcome {
 
 // released finishes a release, logging msg: the record goes (the Reconciler then
 // removes the claim's finalizer in the same patch). The Secret controller drops the
-// Secret's finalizer once nothing records it any more. No event: the claim is gone a moment
-// later (one is sent when retention keeps the address).
+// Secret's finalizer once nothing records it any more. No event: the claim is gone a
+// moment later (one is sent when retention keeps the address).
 func (h *Handler) released(ctx context.Context, reg *record.Registration, msg string, kv ...any) outcome {
 	record.Remove(h.claim)
 	h.forget()

@@ -11,14 +11,7 @@ import (
 	"time"
 
 	"github.com/pkg/errors"
-	authenticationv1 "k8s.io/api/authentication/v1"
-	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/localcluster"
 )
@@ -28,34 +21,9 @@ import (
 // TokenReview and authorizes /debug/pprof/ with a SubjectAccessReview.
 const profiler = "bench-profiler"
 
-// profilerToken creates the profiler, lets it read /debug/pprof/, and returns a token.
-func profilerToken(ctx context.Context, cp *localcluster.ControlPlane) (string, error) {
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: secretNamespace, Name: profiler}}
-	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: profiler},
-		Rules: []rbacv1.PolicyRule{{NonResourceURLs: []string{"/debug/pprof/", "/debug/pprof/*"}, Verbs: []string{"get"}}}}
-	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: profiler},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: profiler},
-		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: secretNamespace, Name: profiler}}}
-	for _, o := range []client.Object{sa, role, binding} {
-		if err := cp.Client.Create(ctx, o); err != nil {
-			return "", errors.Wrapf(err, "creating the profiler's %T", o)
-		}
-	}
-	cs, err := kubernetes.NewForConfig(cp.Config)
-	if err != nil {
-		return "", err
-	}
-	tr, err := cs.CoreV1().ServiceAccounts(secretNamespace).CreateToken(ctx, profiler,
-		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
-	if err != nil {
-		return "", errors.Wrap(err, "a token for the profiler")
-	}
-	return tr.Status.Token, nil
-}
-
 // heapProfile writes the provider's heap profile (after a GC) to file.
 func heapProfile(ctx context.Context, cp *localcluster.ControlPlane, p *running, file string) error {
-	token, err := profilerToken(ctx, cp)
+	token, err := localcluster.ServiceAccountToken(ctx, cp.Config, secretNamespace, profiler, "/debug/pprof/", "/debug/pprof/*")
 	if err != nil {
 		return err
 	}

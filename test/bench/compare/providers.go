@@ -85,14 +85,11 @@ func startProvider(ctx context.Context, o *options, cp *localcluster.ControlPlan
 			return p, errors.Wrapf(err, "creating namespace %s", ns)
 		}
 	}
-	health, err := localcluster.FreePort()
+	ports, err := localcluster.FreePorts(2)
 	if err != nil {
 		return p, err
 	}
-	metrics, err := localcluster.FreePort()
-	if err != nil {
-		return p, err
-	}
+	health, metrics := ports[0], ports[1]
 	env := []string{"KUBECONFIG=" + cp.Kubeconfig}
 	p.diagnostics = localcluster.HostPort(metrics)
 	diagnostics := []string{"--diagnostics-address=" + p.diagnostics, "--leader-elect=false"}
