@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"runtime/debug"
 	"time"
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
@@ -23,6 +24,9 @@ import (
 
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
+
+// defaultGCPercent is the GC percent the manager runs with unless GOGC is set.
+const defaultGCPercent = 50
 
 func main() {
 	if err := run(os.Args[1:]); err != nil {
@@ -81,6 +85,13 @@ func run(args []string) error {
 	// The Go GC works to stay under 90 % of the container's memory limit (GOMEMLIMIT, or
 	// AUTOMEMLIMIT=<ratio>|off, overrides it) instead of letting the heap double and the
 	// Pod be OOM-killed: the cache grows with the claims.
+	// The cache is most of the heap and lives as long as the process, so Go's default
+	// (GOGC=100: the heap grows to twice what is live before a collection) mostly buys
+	// room for garbage. At 50 the peak of a 10,000-claim burst is about a sixth lower
+	// (121 against 142-147 MiB) at no throughput measured. GOGC overrides it.
+	if _, set := os.LookupEnv("GOGC"); !set {
+		debug.SetGCPercent(defaultGCPercent)
+	}
 	memLimit, err := memlimit.Set()
 	if err != nil {
 		setupLog.V(1).Info("No memory limit found for GOMEMLIMIT", "reason", err.Error())

@@ -8,7 +8,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -71,7 +73,7 @@ func TestBinaryIsStaticAndStarts(t *testing.T) {
 	cmd := exec.Command(bin, "--enable-webhooks=false", "--ipam-api-url=http://127.0.0.1:3000",
 		"--health-addr=127.0.0.1:"+strconv.Itoa(port), "--diagnostics-address=127.0.0.1:"+strconv.Itoa(diagPort),
 		"--logging-format=json", "--v=5")
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
+	cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "GOGC=") }), "KUBECONFIG="+kubeconfig)
 	logs := &testenv.Logs{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	g.Expect(cmd.Start()).To(Succeed())
@@ -152,6 +154,7 @@ func diagnosticsAreReviewed(t *testing.T, cfg *rest.Config, url string, logs *te
 	code, body = get("/metrics", scraper)
 	g.Expect(code).To(Equal(http.StatusOK), "the scraper: %s", body)
 	g.Expect(body).To(ContainSubstring(`capi_reconcile_total{controller="VitistackIPPool"`), "the provider's metrics")
+	g.Expect(body).To(MatchRegexp(`(?m)^go_gc_gogc_percent 50$`), "the manager's GC percent without GOGC")
 	code, _ = get("/debug/pprof/", scraper)
 	g.Expect(code).To(Equal(http.StatusForbidden), "the scraper may read /metrics only")
 

@@ -24,17 +24,17 @@ const (
 	ClaimPoolRef = "vitistack.spec.poolRef"
 	// AddressPoolRef indexes IPAddresses by PoolRefValue of spec.poolRef.
 	AddressPoolRef = "vitistack.spec.poolRef"
-	// ClaimRegistration indexes IPAddressClaims by the digest of the holder key of their
-	// record (look up with ByRegistration).
+	// ClaimRegistration indexes IPAddressClaims by the bucket of the holder key of their
+	// record (look up with ListByRegistration).
 	ClaimRegistration = "vitistack.registration"
-	// AddressRegistration indexes IPAddresses by the digest of the holder key of their
-	// record (look up with ByRegistration).
+	// AddressRegistration indexes IPAddresses by the bucket of the holder key of their
+	// record (look up with ListByRegistration).
 	AddressRegistration = "vitistack.registration"
-	// ClaimHost indexes IPAddressClaims by the digest of the record.HostKey their record
-	// names (look up with ByHost).
+	// ClaimHost indexes IPAddressClaims by the bucket of the record.HostKey their record
+	// names (look up with ListByHost).
 	ClaimHost = "vitistack.host"
-	// AddressHost indexes IPAddresses by the digest of the record.HostKey of their record
-	// (look up with ByHost).
+	// AddressHost indexes IPAddresses by the bucket of the record.HostKey of their record
+	// (look up with ListByHost).
 	AddressHost = "vitistack.host"
 	// ClaimSecret indexes IPAddressClaims by the Secrets (namespace/name) their record
 	// names: the owner and a rotation's target.
@@ -52,25 +52,86 @@ const (
 	ClaimClusterName = "clusterName"
 )
 
-// ByRegistration selects the IPAddressClaims or IPAddresses whose record has the holder
-// key (record.Registration.Key); the index field is the same for both kinds.
-func ByRegistration(key string) client.MatchingFields {
-	return client.MatchingFields{ClaimRegistration: digest(key)}
+// ListByRegistration lists into list (an IPAddressClaimList or IPAddressList) the
+// IPAddressClaims or IPAddresses whose record has the holder key
+// (record.Registration.Key).
+func ListByRegistration(ctx context.Context, c client.Reader, list client.ObjectList, key string) error {
+	return listByKey(ctx, c, list, ClaimRegistration, key, (*record.Registration).Key)
 }
 
-// ByHost selects the IPAddressClaims or IPAddresses whose record names the address of
-// hostKey (record.Registration.HostKey); the index field is the same for both kinds.
-func ByHost(hostKey string) client.MatchingFields {
-	return client.MatchingFields{ClaimHost: digest(hostKey)}
+// ListByHost lists into list (an IPAddressClaimList or IPAddressList) the
+// IPAddressClaims or IPAddresses whose record names the address of hostKey
+// (record.Registration.HostKey).
+func ListByHost(ctx context.Context, c client.Reader, list client.ObjectList, hostKey string) error {
+	return listByKey(ctx, c, list, ClaimHost, hostKey, (*record.Registration).HostKey)
 }
 
-// digest is the index value of a key that is (nearly) one object's own, such as a
-// holder key of endpoint, zone, family and identity: 22 characters instead of a
-// hundred or more, kept twice per object by the cache's indexes (128 bits of SHA-256:
-// no two keys meet). ByRegistration and ByHost apply it to a lookup.
-func digest(key string) string {
+// listByKey lists the bucket of want by field (the same for claims and IPAddresses) and
+// keeps the objects whose record's keyOf is want, as deep copies. The bucket's other
+// objects are read from the cache without copying them.
+func listByKey(ctx context.Context, c client.Reader, list client.ObjectList, field, want string, keyOf func(*record.Registration) string) error {
+	if err := c.List(ctx, list, client.MatchingFields{field: bucket(want)}, client.UnsafeDisableDeepCopy); err != nil {
+		return err
+	}
+	matches := func(r *record.Registration) bool { return r != nil && keyOf(r) == want }
+	switch l := list.(type) {
+	case *ipamv1.IPAddressClaimList:
+		l.Items = keep(l.Items, func(o *ipamv1.IPAddressClaim) bool { return matches(claimRecord(o)) })
+	case *ipamv1.IPAddressList:
+		l.Items = keep(l.Items, func(o *ipamv1.IPAddress) bool { return matches(addressRecord(o)) })
+	default:
+		return errors.Errorf("%T is not indexed by %s", list, field)
+	}
+	return nil
+}
+
+// keep returns deep copies of the items ok accepts (the items may share their maps and
+// slices with the cache).
+func keep[T any, P interface {
+	*T
+	DeepCopyInto(*T)
+}](items []T, ok func(P) bool) []T {
+	var out []T
+	for i := range items {
+		if ok(P(&items[i])) {
+			var c T
+			P(&items[i]).DeepCopyInto(&c)
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// bucket is the index value of a key that is (nearly) one object's own, such as a
+// holder key of endpoint, zone, family and identity: the first 12 bits of its SHA-256
+// digest, two base64 characters. The cache keeps a set of object keys per index value;
+// a value per object would be a set per object (about 250 bytes each: 10 MB for the
+// four such indexes of 10,000 bound claims). In 4,096 buckets a few objects share each
+// set, and a lookup (ListByRegistration, ListByHost) keeps those whose key it asked for.
+func bucket(key string) string {
 	sum := sha256.Sum256([]byte(key))
-	return base64.RawURLEncoding.EncodeToString(sum[:16])
+	return base64.RawURLEncoding.EncodeToString(sum[:2])[:2]
+}
+
+// Count returns how many objects of obj's kind the field index of the cache maps to
+// value, in namespace ("" for all): the informer's index keys, without listing (and
+// copying) the objects. ok is false when the cache does not expose its informers'
+// indexes (a cache of several namespaces): then count with a List.
+func Count(ctx context.Context, c cache.Cache, obj client.Object, field, namespace, value string) (n int, ok bool, err error) {
+	inf, err := c.GetInformer(ctx, obj, cache.BlockUntilSynced(false))
+	if err != nil {
+		return 0, false, err
+	}
+	indexed, ok := inf.(interface{ GetIndexer() toolscache.Indexer })
+	if !ok {
+		return 0, false, nil
+	}
+	key := allNamespacesKey(value)
+	if namespace != "" {
+		key = namespace + "/" + value
+	}
+	keys, err := indexed.GetIndexer().IndexKeys(fieldIndexName(field), key)
+	return len(keys), err == nil, err
 }
 
 // PoolRefValue is the index value of a reference to one of this provider's pools.
@@ -137,13 +198,13 @@ var indexers = []indexer{
 	}, false},
 	{&ipamv1.IPAddressClaim{}, ClaimRegistration, "IPAddressClaims by registration", func(o client.Object) []string {
 		if r := claimRecord(o); r != nil {
-			return []string{digest(r.Key())}
+			return []string{bucket(r.Key())}
 		}
 		return nil
 	}, true},
 	{&ipamv1.IPAddressClaim{}, ClaimHost, "IPAddressClaims by address", func(o client.Object) []string {
 		if r := claimRecord(o); r != nil && r.HostKey() != "" {
-			return []string{digest(r.HostKey())}
+			return []string{bucket(r.HostKey())}
 		}
 		return nil
 	}, true},
@@ -177,13 +238,13 @@ var indexers = []indexer{
 	}, false},
 	{&ipamv1.IPAddress{}, AddressRegistration, "IPAddresses by registration", func(o client.Object) []string {
 		if r := addressRecord(o); r != nil {
-			return []string{digest(r.Key())}
+			return []string{bucket(r.Key())}
 		}
 		return nil
 	}, true},
 	{&ipamv1.IPAddress{}, AddressHost, "IPAddresses by address", func(o client.Object) []string {
 		if r := addressRecord(o); r != nil {
-			return []string{digest(r.HostKey())}
+			return []string{bucket(r.HostKey())}
 		}
 		return nil
 	}, true},
@@ -198,11 +259,10 @@ var indexers = []indexer{
 // Setup registers the field indexes on the manager's cache.
 //
 // controller-runtime's IndexField keeps every value of a namespaced object twice: under
-// the object's namespace and under all namespaces. The digest indexes (by registration
-// and by address) have a value of (nearly) each object's own and are only looked up
-// across all namespaces (ByRegistration, ByHost), so they are added to the informer
-// directly with the all-namespaces key alone, in the form controller-runtime's cache
-// reader looks up: 10,000 bound claims keep 40,000 index entries fewer (about 12 MB).
+// the object's namespace and under all namespaces. The bucket indexes (by registration
+// and by address) are only looked up across all namespaces (ListByRegistration,
+// ListByHost), so they are added to the informer directly with the all-namespaces key
+// alone, in the form controller-runtime's cache reader looks up.
 func Setup(ctx context.Context, mgr ctrl.Manager) error {
 	c := mgr.GetCache()
 	for _, i := range indexers {
@@ -224,9 +284,10 @@ func Setup(ctx context.Context, mgr ctrl.Manager) error {
 }
 
 // fieldIndexName and allNamespacesKey are how controller-runtime's cache reader names a
-// field index and the value it looks up for a List without a namespace
-// (sigs.k8s.io/controller-runtime/pkg/cache/internal: FieldIndexName, KeyToNamespacedKey).
-// The envtest suites list by both digest indexes, so a change there fails them.
+// field index and the value it looks up for a List without a namespace (with one, it
+// is namespace/value; sigs.k8s.io/controller-runtime/pkg/cache/internal:
+// FieldIndexName, KeyToNamespacedKey).
+// The envtest suites list by both bucket indexes, so a change there fails them.
 func fieldIndexName(field string) string { return "field:" + field }
 
 func allNamespacesKey(value string) string { return "__all_namespaces/" + value }

@@ -3,7 +3,6 @@ package claim
 import (
 	"context"
 	"maps"
-	"slices"
 	"sync"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -88,6 +88,7 @@ func (a *Adapter) SetupWithManager(_ context.Context, b *ctrl.Builder) error {
 		a.subnets.recheck = time.Minute
 	}
 	workers := max(a.Config.MaxConcurrentReconciles, 1)
+	notCreated := predicate.Funcs{CreateFunc: func(event.CreateEvent) bool { return false }}
 	addressCameOrWent := predicate.Funcs{
 		CreateFunc:  func(event.CreateEvent) bool { return true },
 		UpdateFunc:  func(event.UpdateEvent) bool { return false },
@@ -109,7 +110,11 @@ func (a *Adapter) SetupWithManager(_ context.Context, b *ctrl.Builder) error {
 			// shorter deadline, and a reconcile cut anywhere is finished by the next one.
 			ReconciliationTimeout: reconciliationTimeout,
 		}).
-		Owns(&ipamv1.IPAddress{}, builder.WithPredicates(predicate.Or(addressKinds...))).
+		// A claim's IPAddress that changes or goes brings the claim back, to restore it. One
+		// that is created does not: this controller made it, in the reconcile that then
+		// bound the claim (and a manager that starts reconciles every claim anyway), so a
+		// second reconcile would only find the claim bound.
+		Owns(&ipamv1.IPAddress{}, builder.WithPredicates(predicate.Or(addressKinds...), notCreated)).
 		// Wake timers, and the claims waiting for room that the pool controller wakes
 		// when addresses of their zone go.
 		WatchesRawSource(source.Channel(a.Wake, &handler.EnqueueRequestForObject{})).
@@ -184,18 +189,24 @@ func (a *Adapter) claimsOfPool(kind string) handler.MapFunc {
 	}
 }
 
-// sharers maps an IPAddress to the claims of the other IPAddresses with the same
-// address in the same zone: their AddressShared condition changes.
+// sharers maps an IPAddress that came or went to the claims of all IPAddresses with the
+// same address in the same zone, when there are others: their AddressShared condition
+// changes.
 func (a *Adapter) sharers(ctx context.Context, o client.Object) []reconcile.Request {
 	rec, err := record.OnAddress(o.GetLabels(), o.GetAnnotations())
 	if err != nil || rec == nil {
 		return nil
 	}
 	list := &ipamv1.IPAddressList{}
-	if err := a.Client.List(ctx, list, index.ByHost(rec.HostKey())); err != nil {
+	if err := index.ListByHost(ctx, a.Client, list, rec.HostKey()); err != nil {
 		return nil
 	}
-	var reqs []reconcile.Request
+	if len(list.Items) == 0 || len(list.Items) == 1 && list.Items[0].UID == o.GetUID() {
+		return nil // no one else: nothing is shared
+	}
+	// The others, and (for an IPAddress that came) the address's own claim: the reconcile
+	// that created it did not see it shared yet.
+	reqs := []reconcile.Request{{NamespacedName: client.ObjectKeyFromObject(o)}}
 	for _, other := range list.Items {
 		if other.UID != o.GetUID() {
 			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&other)}) // an IPAddress has its claim's name
@@ -205,8 +216,9 @@ func (a *Adapter) sharers(ctx context.Context, o client.Object) []reconcile.Requ
 }
 
 // claimChanged drops updates that change only a claim's status (its conditions, which
-// this provider writes itself) or the provider's own annotations, so a failing claim is
-// retried with back-off, not at once.
+// this provider writes itself), the provider's own annotations, or finalizers other than
+// the loss of the provider's own, so a failing claim is retried with back-off, not at
+// once, and a claim is not reconciled again for the finalizer its own first write adds.
 func claimChanged() predicate.Predicate {
 	return predicate.Funcs{
 		UpdateFunc: func(e event.UpdateEvent) bool {
@@ -214,7 +226,7 @@ func claimChanged() predicate.Predicate {
 			return o.GetGeneration() != n.GetGeneration() ||
 				!maps.Equal(userAnnotations(o), userAnnotations(n)) ||
 				!maps.Equal(o.GetLabels(), n.GetLabels()) ||
-				!slices.Equal(o.GetFinalizers(), n.GetFinalizers()) ||
+				controllerutil.ContainsFinalizer(o, ipamutil.ReleaseAddressFinalizer) && !controllerutil.ContainsFinalizer(n, ipamutil.ReleaseAddressFinalizer) ||
 				!o.GetDeletionTimestamp().Equal(n.GetDeletionTimestamp())
 		},
 	}

@@ -25,7 +25,7 @@ func (h *Handler) checkIdentityFree(ctx context.Context, reg *record.Registratio
 	key := reg.Key()
 	other := ""
 	addrs := &ipamv1.IPAddressList{}
-	if err := h.Client.List(ctx, addrs, index.ByRegistration(key)); err != nil {
+	if err := index.ListByRegistration(ctx, h.Client, addrs, key); err != nil {
 		o := transient(errors.Wrap(err, "listing IPAddresses by registration"))
 		return &o
 	}
@@ -39,7 +39,7 @@ func (h *Handler) checkIdentityFree(ctx context.Context, reg *record.Registratio
 		}
 	}
 	claims := &ipamv1.IPAddressClaimList{}
-	if err := h.Client.List(ctx, claims, index.ByRegistration(key)); err != nil {
+	if err := index.ListByRegistration(ctx, h.Client, claims, key); err != nil {
 		o := transient(errors.Wrap(err, "listing IPAddressClaims by registration"))
 		return &o
 	}
@@ -72,7 +72,7 @@ func (h *Handler) checkIdentityFree(ctx context.Context, reg *record.Registratio
 func (h *Handler) holders(ctx context.Context, hostKey string) ([]*ipamv1.IPAddressClaim, error) {
 	var names []client.ObjectKey
 	addrs := &ipamv1.IPAddressList{}
-	if err := h.Client.List(ctx, addrs, index.ByHost(hostKey)); err != nil {
+	if err := index.ListByHost(ctx, h.Client, addrs, hostKey); err != nil {
 		return nil, errors.Wrap(err, "listing IPAddresses by address")
 	}
 	for _, a := range addrs.Items {
@@ -81,7 +81,7 @@ func (h *Handler) holders(ctx context.Context, hostKey string) ([]*ipamv1.IPAddr
 		}
 	}
 	claims := &ipamv1.IPAddressClaimList{}
-	if err := h.Client.List(ctx, claims, index.ByHost(hostKey)); err != nil {
+	if err := index.ListByHost(ctx, h.Client, claims, hostKey); err != nil {
 		return nil, errors.Wrap(err, "listing IPAddressClaims by address")
 	}
 	for _, c := range claims.Items {

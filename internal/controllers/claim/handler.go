@@ -21,7 +21,7 @@ import (
 // Handler allocates and releases the address of one IPAddressClaim through the
 // IPAM-API. It implements ipamutil.ClaimHandler; the Reconciler (ipamutil's loop)
 // calls FetchPool first, then EnsureAddress on every reconcile of a live claim (inside
-// CreateOrPatch of its IPAddress) or ReleaseAddress on a deleted one, and patches the
+// the create-or-patch of its IPAddress) or ReleaseAddress on a deleted one, and patches the
 // claim afterwards.
 type Handler struct {
 	*Adapter
@@ -117,8 +117,8 @@ func (h *Handler) FetchPool(ctx context.Context) (client.Object, *ctrl.Result, e
 	return pool, nil, nil
 }
 
-// EnsureAddress implements ipamutil.ClaimHandler. ipamutil calls it inside
-// CreateOrPatch of the claim's IPAddress on every reconcile of a live claim.
+// EnsureAddress implements ipamutil.ClaimHandler. The Reconciler calls it inside the
+// create-or-patch of the claim's IPAddress on every reconcile of a live claim.
 func (h *Handler) EnsureAddress(ctx context.Context, address *ipamv1.IPAddress) (*ctrl.Result, error) {
 	if address.Spec.Address != "" {
 		return nil, h.report(h.bound(ctx, address))

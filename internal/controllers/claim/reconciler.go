@@ -110,7 +110,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 
 	// ipamutil's IPAddress: named after the claim, owned by it (controller) and the pool.
 	address := ipamutil.NewIPAddress(claim, pool)
-	op, err := controllerutil.CreateOrPatch(ctx, r.Client, &address, func() error {
+	op, err := createOrPatchAddress(ctx, r.Client, &address, func() error {
 		if res, err = h.EnsureAddress(ctx, &address); err != nil {
 			return err
 		}
@@ -143,6 +143,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 			return ctrl.Result{}, errors.Wrapf(err, "waiting for IPAddress %s to be visible in the cache after create", address.Name)
 		}
 		ctrl.LoggerFrom(ctx).V(2).Info("IPAddress created", "address", address.Spec.Address)
+		// The IPAddress speaks for the claim now, in the cache too: what this process kept
+		// about its requests goes, as in bound (no second reconcile comes to do it: the
+		// creation of a claim's own IPAddress and its finalizer do not re-queue it).
+		h.subnets.observe(&address, false)
+		h.forget()
 	}
 	claim.Status.AddressRef = ipamv1.IPAddressReference{Name: address.Name}
 	return ctrl.Result{}, nil
@@ -286,6 +291,52 @@ func (h *Handler) patchMetadata(ctx context.Context) error {
 	h.written = meta
 	h.written.Status = status
 	h.writtenVersion = meta.ResourceVersion
+	return nil
+}
+
+// createOrPatchAddress is controllerutil.CreateOrPatch for an IPAddress, which has no
+// status: it reads the IPAddress; if there is none, mutate fills it in and it is
+// created; else mutate changes it and what changed is patched (nothing, when nothing
+// did). CreateOrPatch makes three deep copies, two conversions to unstructured and a
+// DeepEqual over them on every reconcile of a bound claim; this makes one copy and
+// compares it with the forked DeepEqual that counts nil and empty maps as equal, as
+// the unstructured comparison does.
+func createOrPatchAddress(ctx context.Context, c client.Client, address *ipamv1.IPAddress, mutate func() error) (controllerutil.OperationResult, error) {
+	key := client.ObjectKeyFromObject(address)
+	if err := c.Get(ctx, key, address); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return controllerutil.OperationResultNone, err
+		}
+		if err := mutateAddress(address, key, mutate); err != nil {
+			return controllerutil.OperationResultNone, err
+		}
+		if err := c.Create(ctx, address); err != nil {
+			return controllerutil.OperationResultNone, err
+		}
+		return controllerutil.OperationResultCreated, nil
+	}
+	before := address.DeepCopy()
+	if err := mutateAddress(address, key, mutate); err != nil {
+		return controllerutil.OperationResultNone, err
+	}
+	if apiequality.Semantic.DeepEqual(before, address) {
+		return controllerutil.OperationResultNone, nil
+	}
+	if err := c.Patch(ctx, address, client.MergeFrom(before)); err != nil {
+		return controllerutil.OperationResultNone, err
+	}
+	return controllerutil.OperationResultUpdated, nil
+}
+
+// mutateAddress runs mutate and refuses a change of the IPAddress's name or namespace,
+// as controllerutil does.
+func mutateAddress(address *ipamv1.IPAddress, key types.NamespacedName, mutate func() error) error {
+	if err := mutate(); err != nil {
+		return err
+	}
+	if client.ObjectKeyFromObject(address) != key {
+		return errors.New("MutateFn cannot mutate object name and/or object namespace")
+	}
 	return nil
 }
 

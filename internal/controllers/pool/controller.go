@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/cluster-api/util/patch"
 	"sigs.k8s.io/cluster-api/util/predicates"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -43,6 +44,8 @@ type Reconciler struct {
 	probed map[types.NamespacedName]probe
 	// inUse is each pool's count of addresses in use when it was last reconciled.
 	inUse map[types.NamespacedName]int32
+	// cache counts the pools' IPAddresses from its index (nil: with a List).
+	cache cache.Cache
 	// controller holds a pool's next reconcile until the cache has seen the status this
 	// one wrote (Cluster API's stale-cache protection).
 	controller capicontroller.Controller
@@ -68,6 +71,7 @@ func (r *Reconciler) newPool() ipamv1alpha1.Pool {
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	r.probed = map[types.NamespacedName]probe{}
 	r.inUse = map[types.NamespacedName]int32{}
+	r.cache = mgr.GetCache()
 	// An address that comes or goes changes the pool's count: the pool is reconciled a
 	// second later, so a burst of claims costs about one status patch a second.
 	addressCameOrWent := handler.Funcs{

@@ -35,12 +35,11 @@ func (r *Reconciler) listOptions(pool ipamv1alpha1.Pool, field string) []client.
 // gather reads the facts from the cache, through indexes.
 func (r *Reconciler) gather(ctx context.Context, pool ipamv1alpha1.Pool) (facts, error) {
 	var f facts
-	list := &ipamv1.IPAddressList{}
-	// No deep copies: only the count is read (the cache is shared, never changed here).
-	if err := r.Client.List(ctx, list, append(r.listOptions(pool, index.AddressPoolRef), client.UnsafeDisableDeepCopy)...); err != nil {
-		return f, errors.Wrap(err, "listing the pool's IPAddresses")
+	n, err := r.countAddresses(ctx, pool)
+	if err != nil {
+		return f, err
 	}
-	f.inUse = int32(len(list.Items))
+	f.inUse = int32(n)
 	claims := &ipamv1.IPAddressClaimList{}
 	if err := r.Client.List(ctx, claims, r.listOptions(pool, index.ClaimSubnetOutsideZone)...); err != nil {
 		return f, errors.Wrap(err, "listing the pool's claims that found the subnet outside the zone")
@@ -49,6 +48,26 @@ func (r *Reconciler) gather(ctx context.Context, pool ipamv1alpha1.Pool) (facts,
 		f.outsideZone = &claims.Items[0]
 	}
 	return f, nil
+}
+
+// countAddresses counts the pool's IPAddresses from the cache's index, or (where the
+// cache does not expose it) with a List that copies nothing.
+func (r *Reconciler) countAddresses(ctx context.Context, pool ipamv1alpha1.Pool) (int, error) {
+	if r.cache != nil {
+		n, ok, err := index.Count(ctx, r.cache, &ipamv1.IPAddress{}, index.AddressPoolRef, pool.GetNamespace(), index.PoolRefValue(r.Kind, pool.GetName()))
+		if err != nil {
+			return 0, errors.Wrap(err, "counting the pool's IPAddresses")
+		}
+		if ok {
+			return n, nil
+		}
+	}
+	list := &ipamv1.IPAddressList{}
+	// No deep copies: only the count is read (the cache is shared, never changed here).
+	if err := r.Client.List(ctx, list, append(r.listOptions(pool, index.AddressPoolRef), client.UnsafeDisableDeepCopy)...); err != nil {
+		return 0, errors.Wrap(err, "listing the pool's IPAddresses")
+	}
+	return len(list.Items), nil
 }
 
 // compute is the one place a pool's status is set: from the facts of the cluster and
