@@ -2,6 +2,7 @@ package controllers_test
 
 import (
 	"fmt"
+	"net/http"
 	"net/netip"
 	"strings"
 	"sync/atomic"
@@ -388,4 +389,36 @@ func TestIdentityOverrideNeedsThePoolsConsent(t *testing.T) {
 	g.Expect(env.Client.Update(ctx, pool)).To(Succeed())
 	boundAddress(t, claim)
 	g.Expect(env.Sim.HeldBy(sim.ServiceRef{ServiceName: "impostor", NamespaceID: uidOf(t, ns.Name), ClusterID: "another-tenants-cluster"})).To(HaveLen(1))
+}
+
+// A claim changed while its pending record was out is bound with the record as it was
+// sent (the IPAM-API answers the same registration); the change then reaches the
+// registration without any further event.
+func TestChangeWhilePendingReachesTheRegistration(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	api, url, stop := env.ExtraSim()
+	t.Cleanup(stop)
+	spec := routedPool("inet", ipamv1alpha1.IPv4)
+	spec.Endpoint = url
+	pool := newPool(t, ns.Name, "pool", spec)
+	api.SetFaultRoutes(sim.RouteRegister)
+	g.Expect(api.SetFaults(sim.Faults{ErrorRate: 1, ErrorStatus: http.StatusServiceUnavailable})).To(Succeed())
+	t.Cleanup(api.ClearFaults)
+	const retention = "ipam.vitistack.io/retention-period-days"
+	claim := newClaim(t, ns.Name, "late", pool.Name, map[string]string{retention: "3"})
+	g.Eventually(func() string { return recordOf(t, claim) }, eventually, poll).Should(ContainSubstring(`"attempt"`),
+		"a request was sent under the pending record")
+
+	patchAnnotations(t, claim, map[string]string{retention: "9"})
+	api.ClearFaults()
+	addr := boundAddress(t, claim)
+	g.Eventually(func(g Gomega) {
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(addr), addr)).To(Succeed())
+		g.Expect(addr.Annotations).To(HaveKeyWithValue("ipam.vitistack.io/registered-retention-period-days", "9"))
+		held := api.HeldBy(identity(t, ns, "late"))
+		g.Expect(held).To(HaveLen(1))
+		g.Expect(held[0].Holders).To(HaveLen(1))
+		g.Expect(held[0].Holders[0].RetentionPeriodDays).To(Equal(9))
+	}, eventually, poll).Should(Succeed())
 }

@@ -114,7 +114,7 @@ func bucket(key string) string {
 }
 
 // Count returns how many objects of obj's kind the field index of the cache maps to
-// value, in namespace ("" for all): the informer's index keys, without listing (and
+// value, in namespace ("" for all): from the informer's index, without listing (and
 // copying) the objects. ok is false when the cache does not expose its informers'
 // indexes (a cache of several namespaces): then count with a List.
 func Count(ctx context.Context, c cache.Cache, obj client.Object, field, namespace, value string) (n int, ok bool, err error) {
@@ -130,8 +130,9 @@ func Count(ctx context.Context, c cache.Cache, obj client.Object, field, namespa
 	if namespace != "" {
 		key = namespace + "/" + value
 	}
-	keys, err := indexed.GetIndexer().IndexKeys(fieldIndexName(field), key)
-	return len(keys), err == nil, err
+	// ByIndex, not IndexKeys: that sorts the keys, under the store's lock.
+	objs, err := indexed.GetIndexer().ByIndex(fieldIndexName(field), key)
+	return len(objs), err == nil, err
 }
 
 // PoolRefValue is the index value of a reference to one of this provider's pools.

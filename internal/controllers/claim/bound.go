@@ -17,6 +17,26 @@ import (
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi"
 )
 
+// boundHasWork reports whether bound would do more for a claim whose IPAddress was just
+// created than find it bound: the claim's own annotations ask for another secret,
+// retention or cleanup setting than the record registered (a pending record is sent as
+// it was made, also after the user changed the claim), or its record names a rotation
+// or a refused one. It may say yes where bound then finds nothing to do.
+func (h *Handler) boundHasWork(address *ipamv1.IPAddress) bool {
+	rec, err := record.OnAddress(address.Labels, address.Annotations)
+	if err != nil || rec == nil {
+		return false
+	}
+	if cur, bad := h.claimRecord(); bad == nil && cur != nil && (!cur.RotatingTo.IsZero() || cur.RotationRefused != "") {
+		return true
+	}
+	want := *rec
+	if err := h.overrides(&want); err != nil {
+		return false // as in bound: a bad annotation does not touch a bound address
+	}
+	return !want.Secret.Equal(rec.Secret) || want.RetentionPeriodDays != rec.RetentionPeriodDays || want.DenyExternalCleanup != rec.DenyExternalCleanup
+}
+
 // bound handles a claim whose IPAddress exists. The IPAddress's record is
 // authoritative. The IPAM-API is asked again only to finish a recorded rotation, or to
 // carry a changed secret, retention or cleanup setting of the claim's own annotations

@@ -148,9 +148,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		// creation of a claim's own IPAddress and its finalizer do not re-queue it).
 		h.subnets.observe(&address, false)
 		h.forget()
+		if h.boundHasWork(&address) {
+			// The pending record sent was made before the claim's annotations changed (or
+			// a rotation is recorded): bound carries the change, at once.
+			res = &ctrl.Result{RequeueAfter: time.Millisecond}
+		}
 	}
 	claim.Status.AddressRef = ipamv1.IPAddressReference{Name: address.Name}
-	return ctrl.Result{}, nil
+	return unwrap(res), nil
 }
 
 // reconcileDelete releases the address, then lets the IPAddress and the claim go.
