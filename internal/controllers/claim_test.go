@@ -397,11 +397,7 @@ func TestIdentityOverrideNeedsThePoolsConsent(t *testing.T) {
 func TestChangeWhilePendingReachesTheRegistration(t *testing.T) {
 	g := NewWithT(t)
 	ns := newNamespace(t)
-	api, url, stop := env.ExtraSim()
-	t.Cleanup(stop)
-	spec := routedPool("inet", ipamv1alpha1.IPv4)
-	spec.Endpoint = url
-	pool := newPool(t, ns.Name, "pool", spec)
+	api, pool := poolOnOwnSim(t, ns.Name)
 	api.SetFaultRoutes(sim.RouteRegister)
 	g.Expect(api.SetFaults(sim.Faults{ErrorRate: 1, ErrorStatus: http.StatusServiceUnavailable})).To(Succeed())
 	t.Cleanup(api.ClearFaults)

@@ -34,15 +34,22 @@ func recordOf(t *testing.T, claim *ipamv1.IPAddressClaim) string {
 	return c.Annotations[ipamv1alpha1.RegistrationAnnotation]
 }
 
-// answerLostOnce creates a pool on a stand-in of its own, which registers the first
-// address it is asked for but drops the connection before answering.
-func answerLostOnce(t *testing.T, ns string) (*sim.Server, *ipamv1alpha1.VitistackIPPool) {
+// poolOnOwnSim creates a routed pool (zone inet, IPv4) on a stand-in of its own, whose
+// faults the test sets without touching other tests' pools.
+func poolOnOwnSim(t *testing.T, ns string) (*sim.Server, *ipamv1alpha1.VitistackIPPool) {
 	t.Helper()
 	api, url, stop := env.ExtraSim()
 	t.Cleanup(stop)
 	spec := routedPool("inet", ipamv1alpha1.IPv4)
 	spec.Endpoint = url
-	pool := newPool(t, ns, "pool", spec)
+	return api, newPool(t, ns, "pool", spec)
+}
+
+// answerLostOnce creates a pool on a stand-in of its own, which registers the first
+// address it is asked for but drops the connection before answering.
+func answerLostOnce(t *testing.T, ns string) (*sim.Server, *ipamv1alpha1.VitistackIPPool) {
+	t.Helper()
+	api, pool := poolOnOwnSim(t, ns)
 	api.SetFaultRoutes(sim.RouteRegister)
 	NewWithT(t).Expect(api.DropNext(sim.DropAfter, 1)).To(Succeed())
 	return api, pool

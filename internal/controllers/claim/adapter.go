@@ -274,8 +274,9 @@ func poolReady(o client.Object) bool {
 // to a worker that has just left keeps its lock for ever (kubernetes-sigs/
 // controller-runtime#3538, fixed in v0.25); a worker that finishes its last reconcile
 // then waits for that lock in Done, and the manager never stops. (Seen in CI: the stacks
-// showed the queue's send and a worker in Done.) A Done that comes just before the
-// shutdown can still meet it; the upgrade to controller-runtime v0.25 closes it.
+// showed the queue's send and a worker in Done.) A worker already inside Done or Get
+// when the queue is shut down can still meet it; controller-runtime v0.25 (with
+// k8s.io v0.37) closes it, and this wrapper goes with that upgrade.
 func newQueue(name string, rateLimiter workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
 	return stoppableQueue{priorityqueue.New(name, func(o *priorityqueue.Opts[reconcile.Request]) {
 		o.Log = ctrl.Log.WithValues("controller", name)

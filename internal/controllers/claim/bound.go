@@ -18,23 +18,64 @@ import (
 )
 
 // boundHasWork reports whether bound would do more for a claim whose IPAddress was just
-// created than find it bound: the claim's own annotations ask for another secret,
-// retention or cleanup setting than the record registered (a pending record is sent as
-// it was made, also after the user changed the claim), or its record names a rotation
-// or a refused one. It may say yes where bound then finds nothing to do.
+// created than find it bound: a rotation is recorded, or the claim's own annotations
+// ask for a change of the record registered (a pending record is sent as it was made,
+// also after the user changed the claim).
 func (h *Handler) boundHasWork(address *ipamv1.IPAddress) bool {
 	rec, err := record.OnAddress(address.Labels, address.Annotations)
 	if err != nil || rec == nil {
 		return false
 	}
-	if cur, bad := h.claimRecord(); bad == nil && cur != nil && (!cur.RotatingTo.IsZero() || cur.RotationRefused != "") {
+	cur := h.currentRecord()
+	if cur != nil && !cur.RotatingTo.IsZero() {
 		return true
 	}
-	want := *rec
-	if err := h.overrides(&want); err != nil {
-		return false // as in bound: a bad annotation does not touch a bound address
+	c, ok := h.toCarry(rec, cur)
+	return ok && (c.dropRefusal || c.rotate || c.reregister)
+}
+
+// carry is what a bound claim's own annotations ask of its registered record (only
+// they are carried to a bound address: a changed pool or flag never touches what is
+// registered).
+type carry struct {
+	// want is the registered record with the claim's secret, retention and cleanup.
+	want record.Registration
+	// dropRefusal: the user went back to the secret that owns the address, so a refused
+	// rotation is moot.
+	dropRefusal bool
+	// rotate: another secret than the owner, and not the one whose rotation was refused.
+	rotate bool
+	// reregister: no rotation, but another retention or cleanup setting.
+	reregister bool
+}
+
+// toCarry compares the claim's annotations with rec; cur is the claim's own record
+// (nil: none). ok is false for an annotation that cannot be read: it does not touch a
+// bound address, and is reported when it matters.
+func (h *Handler) toCarry(rec, cur *record.Registration) (c carry, ok bool) {
+	c.want = *rec
+	if err := h.overrides(&c.want); err != nil {
+		return carry{}, false
 	}
-	return !want.Secret.Equal(rec.Secret) || want.RetentionPeriodDays != rec.RetentionPeriodDays || want.DenyExternalCleanup != rec.DenyExternalCleanup
+	refused := ""
+	if cur != nil {
+		refused = cur.RotationRefused
+	}
+	sameSecret := c.want.Secret.Equal(rec.Secret)
+	c.dropRefusal = sameSecret && refused != ""
+	c.rotate = !sameSecret && c.want.Secret.String() != refused
+	c.reregister = !c.rotate && (c.want.RetentionPeriodDays != rec.RetentionPeriodDays || c.want.DenyExternalCleanup != rec.DenyExternalCleanup)
+	return c, true
+}
+
+// currentRecord is the claim's own record, nil when it has none or one that cannot be
+// read.
+func (h *Handler) currentRecord() *record.Registration {
+	cur, bad := h.claimRecord()
+	if bad != nil {
+		return nil
+	}
+	return cur
 }
 
 // bound handles a claim whose IPAddress exists. The IPAddress's record is
@@ -58,46 +99,35 @@ func (h *Handler) bound(ctx context.Context, address *ipamv1.IPAddress) outcome 
 	if rec == nil {
 		return done
 	}
-	cur, bad := h.claimRecord()
-	if bad != nil {
-		cur = nil
-	}
+	cur := h.currentRecord()
 	if cur != nil && !cur.RotatingTo.IsZero() {
 		if o, finished := h.finishRotation(ctx, address, rec, cur); !finished {
 			return o
 		}
 	}
-	if c, err := h.shared(ctx, rec); err != nil {
+	if cond, err := h.shared(ctx, rec); err != nil {
 		return transient(err)
-	} else if c != nil {
-		done.set = append(done.set, *c)
+	} else if cond != nil {
+		done.set = append(done.set, *cond)
 	} else {
 		done.drop = append(done.drop, ipamv1alpha1.ClaimAddressSharedCondition)
 	}
 
-	// Only the claim's own annotations are carried to a bound address: a changed pool
-	// or flag never touches what is registered.
-	want := *rec
-	if err := h.overrides(&want); err != nil {
-		return done // a bad annotation does not touch a bound address; it is reported when it matters
+	c, ok := h.toCarry(rec, cur)
+	if !ok {
+		return done
 	}
-	refused := ""
-	if cur != nil {
-		refused = cur.RotationRefused
-	}
-	if want.Secret.Equal(rec.Secret) && refused != "" {
-		// The user went back to the secret that owns the address: the refusal is moot.
+	if c.dropRefusal {
 		if err := h.writeRecord(ctx, withRefusal(rec, ""), nil); err != nil {
 			return transient(err)
 		}
 		done.drop = append(done.drop, ipamv1alpha1.ClaimSecretRotatedCondition)
 	}
-	rotate := !want.Secret.Equal(rec.Secret) && want.Secret.String() != refused
-	if !rotate && want.RetentionPeriodDays == rec.RetentionPeriodDays && want.DenyExternalCleanup == rec.DenyExternalCleanup {
-		return done
+	if c.rotate {
+		return h.rotate(ctx, address, rec, &c.want, done)
 	}
-	if rotate {
-		return h.rotate(ctx, address, rec, &want, done)
+	if !c.reregister {
+		return done
 	}
 	// Retention or cleanup changed: re-register with the owner's secret and the address.
 	api, owner, o := h.owner(ctx, rec)
@@ -105,11 +135,11 @@ func (h *Handler) bound(ctx context.Context, address *ipamv1.IPAddress) outcome 
 		return *o
 	}
 	req := rec.Request(owner.Value)
-	req.RetentionPeriodDays, req.DenyExternalCleanup = want.RetentionPeriodDays, want.DenyExternalCleanup
+	req.RetentionPeriodDays, req.DenyExternalCleanup = c.want.RetentionPeriodDays, c.want.DenyExternalCleanup
 	if _, err := api.Register(ctx, req); err != nil {
 		return transient(err)
 	}
-	rec.RetentionPeriodDays, rec.DenyExternalCleanup = want.RetentionPeriodDays, want.DenyExternalCleanup
+	rec.RetentionPeriodDays, rec.DenyExternalCleanup = c.want.RetentionPeriodDays, c.want.DenyExternalCleanup
 	rec.WriteTo(address.Labels, address.Annotations) // patched onto the IPAddress by ipamutil
 	return done
 }
