@@ -113,6 +113,7 @@ func run(args []string) error {
 		RetryPeriod:                   &retryPeriod,
 		LeaderElectionReleaseOnCancel: true,
 		Cache:                         manager.CacheOptions(watchNamespace),
+		Controller:                    manager.ControllerConfig(),
 		WebhookServer: webhook.NewServer(webhook.Options{
 			Host: webhookHost, Port: webhookPort, CertDir: webhookCertDir, TLSOpts: tlsOpts,
 		}),

@@ -155,6 +155,15 @@ func diagnosticsAreReviewed(t *testing.T, cfg *rest.Config, url string, logs *te
 	g.Expect(code).To(Equal(http.StatusOK), "the scraper: %s", body)
 	g.Expect(body).To(ContainSubstring(`capi_reconcile_total{controller="VitistackIPPool"`), "the provider's metrics")
 	g.Expect(body).To(MatchRegexp(`(?m)^go_gc_gogc_percent 50$`), "the manager's GC percent without GOGC")
+	// client-go's work queue (its depth has no priority), not controller-runtime v0.24's
+	// priority queue, which can keep the manager from stopping (see ControllerConfig).
+	// A queue's metrics come when its controller starts, which can be after /readyz.
+	g.Eventually(func(g Gomega) {
+		_, body := get("/metrics", scraper)
+		for _, c := range []string{"ipaddressclaim", "VitistackIPPool", "GlobalVitistackIPPool", "secret-protector"} {
+			g.Expect(body).To(ContainSubstring(`workqueue_depth{controller="%s",name="%s",priority=""}`, c, c), "the %s controller's queue", c)
+		}
+	}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
 	code, _ = get("/debug/pprof/", scraper)
 	g.Expect(code).To(Equal(http.StatusForbidden), "the scraper may read /metrics only")
 

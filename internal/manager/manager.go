@@ -11,10 +11,12 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 
 	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/controllers/claim"
@@ -38,6 +40,18 @@ func NewScheme() *runtime.Scheme {
 	utilruntime.Must(ipamv1.AddToScheme(s))
 	utilruntime.Must(ipamv1alpha1.AddToScheme(s))
 	return s
+}
+
+// ControllerConfig is the settings every controller of the provider shares: client-go's
+// rate-limited work queue, not controller-runtime's priority queue. The priority queue of
+// controller-runtime v0.24 can keep its lock for ever when it is shut down while it hands
+// an item to a worker that has just left (kubernetes-sigs/controller-runtime#3538, fixed
+// in v0.25); every later Add or Done then waits on it (a worker's last Done, an
+// informer's event handler), and the manager never stops. CI met it again and again.
+// What the priority queue adds, re-listed objects waiting behind new work after a
+// restart, is not worth a Pod that cannot stop.
+func ControllerConfig() config.Controller {
+	return config.Controller{UsePriorityQueue: ptr.To(false)}
 }
 
 // CacheOptions is the manager's cache: every object without its managedFields (the

@@ -170,6 +170,14 @@ type runningManager struct {
 	done   chan error
 }
 
+// controllerConfig is the shipped controllers' settings, with one more: a restarted
+// manager registers its controllers' metrics again.
+func controllerConfig() config.Controller {
+	c := manager.ControllerConfig()
+	c.SkipNameValidation = ptr.To(true)
+	return c
+}
+
 // StartManager starts the provider's manager with opts (the stand-in's URL when
 // opts.IPAMAPIURL is empty). Only one runs at a time.
 func (e *Env) StartManager(ctx context.Context, opts manager.Options) error {
@@ -186,12 +194,11 @@ func (e *Env) StartManager(ctx context.Context, opts manager.Options) error {
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Cache:                  manager.CacheOptions(""),
-		// Twice CI has seen a manager take more than the default 30 s to stop (not
-		// reproduced since): a stop that ends at all is a stop, and the stacks logged
-		// after 20 s (see StopManager) show what was slow.
+		// CI has seen managers take more than the default 30 s to stop (controller-runtime's
+		// priority queue, now off: see manager.ControllerConfig): a stop that ends at all
+		// is a stop, and the stacks logged after 20 s (see StopManager) show what was slow.
 		GracefulShutdownTimeout: ptr.To(2 * time.Minute),
-		// A restarted manager registers its controllers' metrics again.
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+		Controller:              controllerConfig(),
 		WebhookServer: webhook.NewServer(webhook.Options{
 			Host: wh.LocalServingHost, Port: wh.LocalServingPort, CertDir: wh.LocalServingCertDir,
 		}),

@@ -18,7 +18,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
-	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -110,7 +109,6 @@ func (a *Adapter) SetupWithManager(_ context.Context, b *ctrl.Builder) error {
 			// A backstop for a reconcile that hangs: every IPAM-API call has its own,
 			// shorter deadline, and a reconcile cut anywhere is finished by the next one.
 			ReconciliationTimeout: reconciliationTimeout,
-			NewQueue:              newQueue,
 		}).
 		// A claim's IPAddress that changes or goes brings the claim back, to restore it. One
 		// that is created does not: this controller made it, in the reconcile that then
@@ -266,31 +264,4 @@ func poolBecameUsable() predicate.Predicate {
 func poolReady(o client.Object) bool {
 	p, ok := o.(ipamv1alpha1.Pool)
 	return ok && meta.IsStatusConditionTrue(p.PoolStatus().Conditions, ipamv1alpha1.PoolReadyCondition)
-}
-
-// newQueue is controller-runtime's default queue for the claim controller (its priority
-// queue, with the rate limiter of the options), whose Done does nothing once the queue
-// is shut down. In controller-runtime v0.24.1 a queue shut down while it hands an item
-// to a worker that has just left keeps its lock for ever (kubernetes-sigs/
-// controller-runtime#3538, fixed in v0.25); a worker that finishes its last reconcile
-// then waits for that lock in Done, and the manager never stops. (Seen in CI: the stacks
-// showed the queue's send and a worker in Done.) A worker already inside Done or Get
-// when the queue is shut down can still meet it; controller-runtime v0.25 (with
-// k8s.io v0.37) closes it, and this wrapper goes with that upgrade.
-func newQueue(name string, rateLimiter workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
-	return stoppableQueue{priorityqueue.New(name, func(o *priorityqueue.Opts[reconcile.Request]) {
-		o.Log = ctrl.Log.WithValues("controller", name)
-		o.RateLimiter = rateLimiter
-	})}
-}
-
-type stoppableQueue struct {
-	priorityqueue.PriorityQueue[reconcile.Request]
-}
-
-func (q stoppableQueue) Done(item reconcile.Request) {
-	if q.ShuttingDown() {
-		return
-	}
-	q.PriorityQueue.Done(item)
 }
