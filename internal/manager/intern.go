@@ -1,6 +1,9 @@
 package manager
 
 import (
+	"slices"
+	"strings"
+	"sync"
 	"unique"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -40,16 +43,72 @@ func internMap(m map[string]string, maxLen int) map[string]string {
 	return out
 }
 
+// maxLabelSets bounds how many label sets labelSets keeps: the sets that repeat are few
+// (one a pool, zone and family for IPAddresses; one a Cluster for claims), so a bound
+// only matters when labels are an object's own, and then they are not worth keeping.
+const maxLabelSets = 1024
+
+// labelSets keeps one map of each set of labels it has seen on claims and IPAddresses:
+// every IPAddress of a pool carries the same labels (pool, kind, zone, family, often the
+// cluster), and one shared map instead of a map an object is about 300 bytes less for
+// each (3 MB at 10,000 bound claims). The cache's objects are read, never written (a
+// Get or List copies them), so sharing a map among them is as safe as sharing the
+// object with the reader.
+type labelSets struct {
+	mu   sync.Mutex
+	sets map[string]map[string]string
+}
+
+func newLabelSets() *labelSets { return &labelSets{sets: map[string]map[string]string{}} }
+
+// share returns the kept map equal to m, else m with its strings interned (kept if
+// there is room).
+func (l *labelSets) share(m map[string]string) map[string]string {
+	if len(m) == 0 {
+		return m
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		// Neither a label key nor a value can hold a NUL.
+		b.WriteString(k)
+		b.WriteByte(0)
+		b.WriteString(m[k])
+		b.WriteByte(0)
+	}
+	key := b.String()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if s, ok := l.sets[key]; ok {
+		return s
+	}
+	s := internMap(m, 1<<10)
+	if len(l.sets) < maxLabelSets {
+		l.sets[key] = s
+	}
+	return s
+}
+
 // internStrings is a cache transform: the strings that repeat across thousands of
 // cached claims and IPAddresses (namespace, label and annotation keys, zone, family,
 // pool, owner kinds and UIDs, finalizers, condition types and reasons) share one copy
 // instead of one per object, as decoded from the watch. The objects are equal to what
 // was decoded, so nothing the provider compares or patches changes; the cache of
-// 10,000 bound claims is smaller by about a tenth.
-func internStrings(obj any) (any, error) {
+// 10,000 bound claims is smaller by about a tenth. Claims and IPAddresses with the same
+// labels share one map of them (labels).
+func internStrings(obj any, labels *labelSets) (any, error) {
 	if m, err := meta.Accessor(obj); err == nil {
 		m.SetNamespace(intern(m.GetNamespace()))
-		m.SetLabels(internMap(m.GetLabels(), 1<<10))
+		switch obj.(type) {
+		case *ipamv1.IPAddressClaim, *ipamv1.IPAddress:
+			m.SetLabels(labels.share(m.GetLabels()))
+		default:
+			m.SetLabels(internMap(m.GetLabels(), 1<<10))
+		}
 		m.SetAnnotations(internMap(m.GetAnnotations(), internMaxLen))
 		fins := m.GetFinalizers()
 		for i := range fins {
@@ -91,14 +150,15 @@ func internConditions(cs []metav1.Condition) {
 	}
 }
 
-// cacheTransform strips managedFields and shares repeated strings.
+// cacheTransform strips managedFields and shares repeated strings and label sets.
 func cacheTransform() toolscache.TransformFunc {
 	strip := cache.TransformStripManagedFields()
+	labels := newLabelSets()
 	return func(obj any) (any, error) {
 		obj, err := strip(obj)
 		if err != nil {
 			return obj, err
 		}
-		return internStrings(obj)
+		return internStrings(obj, labels)
 	}
 }

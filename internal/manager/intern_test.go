@@ -2,6 +2,8 @@ package manager
 
 import (
 	"encoding/json"
+	"fmt"
+	"reflect"
 	"testing"
 	"unsafe"
 
@@ -44,8 +46,9 @@ func same(a, b string) bool { return unsafe.StringData(a) == unsafe.StringData(b
 func TestInternSharesRepeatedStrings(t *testing.T) {
 	a, b := decoded(t, "a"), decoded(t, "b")
 	before := a.DeepCopy()
+	transform := cacheTransform()
 	for _, o := range []*ipamv1.IPAddress{a, b} {
-		if _, err := cacheTransform()(o); err != nil {
+		if _, err := transform(o); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -71,5 +74,40 @@ func TestInternSharesRepeatedStrings(t *testing.T) {
 	}
 	if same(string(a.OwnerReferences[0].UID), string(b.OwnerReferences[0].UID)) {
 		t.Error("the claim owner's UID was shared")
+	}
+}
+
+func sameMap(a, b map[string]string) bool {
+	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
+}
+
+// IPAddresses (and claims) with the same labels share one map of them; other labels
+// get their own, with their own values, also once the table of sets is full.
+func TestInternSharesLabelSets(t *testing.T) {
+	transform := cacheTransform()
+	cached := func(name, zone string) *ipamv1.IPAddress {
+		o := decoded(t, name)
+		o.Labels["ipam.vitistack.io/zone"] = zone
+		if _, err := transform(o); err != nil {
+			t.Fatal(err)
+		}
+		return o
+	}
+	a, b, c := cached("a", "inet"), cached("b", "inet"), cached("c", "hnet")
+	if !sameMap(a.Labels, b.Labels) {
+		t.Error("two IPAddresses with the same labels do not share them")
+	}
+	if sameMap(a.Labels, c.Labels) || c.Labels["ipam.vitistack.io/zone"] != "hnet" || a.Labels["ipam.vitistack.io/zone"] != "inet" {
+		t.Errorf("other labels are not their own: %v %v", a.Labels, c.Labels)
+	}
+	for i := range maxLabelSets {
+		cached(fmt.Sprint("own-", i), fmt.Sprint("zone-", i))
+	}
+	d, e := cached("d", "full"), cached("e", "full")
+	if sameMap(d.Labels, e.Labels) || d.Labels["ipam.vitistack.io/zone"] != "full" || !reflect.DeepEqual(d.Labels, e.Labels) {
+		t.Errorf("with the table full, labels are copied as they are: %v %v", d.Labels, e.Labels)
+	}
+	if f := cached("f", "inet"); !sameMap(a.Labels, f.Labels) {
+		t.Error("a kept set is no longer shared once the table is full")
 	}
 }
