@@ -33,6 +33,9 @@ type Handler struct {
 	// writtenVersion is the claim's resourceVersion after the handler's last write in
 	// this reconcile ("" before any): the reconcile ends when the cache has it.
 	writtenVersion string
+	// created is the IPAddress this reconcile created (nil if none): the reconcile ends
+	// when the cache has it too.
+	created *ipamv1.IPAddress
 }
 
 // forgetSends drops what this process knows about the claim's requests: its

@@ -137,17 +137,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		return unwrap(res), errors.Wrap(err, "failed to create or patch address")
 	}
 	if op == controllerutil.OperationResultCreated {
-		// As ipamutil does: the next allocation must see this address in the cache, or
-		// it could hand the same one out again.
-		if err := waitForCache(ctx, r.Client, &ipamv1.IPAddress{}, client.ObjectKeyFromObject(&address), address.ResourceVersion, untilSeen); err != nil {
-			return ctrl.Result{}, errors.Wrapf(err, "waiting for IPAddress %s to be visible in the cache after create", address.Name)
-		}
 		ctrl.LoggerFrom(ctx).V(2).Info("IPAddress created", "address", address.Spec.Address)
-		// The IPAddress speaks for the claim now, in the cache too: what this process kept
-		// about its requests goes, as in bound (no second reconcile comes to do it: the
-		// creation of a claim's own IPAddress and its finalizer do not re-queue it).
+		// Subnet picks of other claims count the address from now on, not from when the
+		// cache shows it.
 		h.subnets.observe(&address, false)
-		h.forget()
+		// The claim's status (addressRef, Ready) is patched first; then the reconcile
+		// waits until the cache shows the IPAddress, and only then forgets what this
+		// process kept about the request (see patchClaim).
+		h.created = &address
 		if h.boundHasWork(&address) {
 			// The pending record sent was made before the claim's annotations changed (or
 			// a rotation is recorded): bound carries the change, at once.
@@ -263,6 +260,19 @@ func (h *Handler) patchClaim(ctx context.Context) error {
 		} else {
 			h.written.Status = *h.claim.Status.DeepCopy()
 			h.writtenVersion = st.ResourceVersion
+		}
+	}
+	if a := h.created; a != nil {
+		// As ipamutil does: the next reconcile must see the new IPAddress in the cache, or
+		// it would create it again. Then the IPAddress speaks for the claim, in the cache
+		// too, and what this process kept about its request goes, as in bound (no second
+		// reconcile comes to do it: the creation of a claim's own IPAddress and its
+		// finalizer do not re-queue it). Waiting after the status patch, not before it,
+		// binds the claim one watch delay sooner.
+		if err := waitForCache(ctx, h.Client, &ipamv1.IPAddress{}, client.ObjectKeyFromObject(a), a.ResourceVersion, untilSeen); err != nil {
+			errs = append(errs, errors.Wrapf(err, "waiting for IPAddress %s to be visible in the cache after create", a.Name))
+		} else {
+			h.forget()
 		}
 	}
 	if h.writtenVersion != "" {
