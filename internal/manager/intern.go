@@ -43,17 +43,19 @@ func internMap(m map[string]string, maxLen int) map[string]string {
 	return out
 }
 
-// maxLabelSets bounds how many label sets labelSets keeps: the sets that repeat are few
-// (one a pool, zone and family for IPAddresses; one a Cluster for claims), so a bound
-// only matters when labels are an object's own, and then they are not worth keeping.
+// maxLabelSets bounds how many label sets labelSets keeps. The sets that repeat are few
+// (one a pool, zone and family for IPAddresses; one a Cluster or Service for claims);
+// when the table is full (many Services, or sets of objects long gone) it starts again
+// empty: cached objects keep the maps they have, and sets seen again are kept anew.
 const maxLabelSets = 1024
 
 // labelSets keeps one map of each set of labels it has seen on claims and IPAddresses:
 // every IPAddress of a pool carries the same labels (pool, kind, zone, family, often the
 // cluster), and one shared map instead of a map an object is about 300 bytes less for
-// each (3 MB at 10,000 bound claims). The cache's objects are read, never written (a
-// Get or List copies them), so sharing a map among them is as safe as sharing the
-// object with the reader.
+// each (3 MB at 10,000 bound claims). The cache's objects are read, never written: a
+// Get or List copies them, and what lists them with client.UnsafeDisableDeepCopy (or an
+// event handler, which gets them as they are) must not write to them, now less than
+// ever: a label written to one would be written to every object that shares its map.
 type labelSets struct {
 	mu   sync.Mutex
 	sets map[string]map[string]string
@@ -61,8 +63,8 @@ type labelSets struct {
 
 func newLabelSets() *labelSets { return &labelSets{sets: map[string]map[string]string{}} }
 
-// share returns the kept map equal to m, else m with its strings interned (kept if
-// there is room).
+// share returns the kept map equal to m, else m with its strings interned (and keeps
+// it).
 func (l *labelSets) share(m map[string]string) map[string]string {
 	if len(m) == 0 {
 		return m
@@ -87,9 +89,10 @@ func (l *labelSets) share(m map[string]string) map[string]string {
 		return s
 	}
 	s := internMap(m, 1<<10)
-	if len(l.sets) < maxLabelSets {
-		l.sets[key] = s
+	if len(l.sets) >= maxLabelSets {
+		clear(l.sets)
 	}
+	l.sets[key] = s
 	return s
 }
 

@@ -80,6 +80,16 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 			return ok && (svc.Spec.Type == corev1.ServiceTypeLoadBalancer || controllerutil.ContainsFinalizer(svc, ipamv1alpha1.ServiceFinalizer))
 		}))).
 		Owns(&ipamv1.IPAddressClaim{}).
+		// A claim's status (addressRef, Ready) can reach this controller before its new
+		// IPAddress reaches the cache (two watches): the IPAddress's arrival brings the
+		// Service back, or it would wait with the claim taken for unbound.
+		Watches(&ipamv1.IPAddress{}, handler.EnqueueRequestsFromMapFunc(r.serviceOfAddress),
+			predicate.Funcs{
+				CreateFunc:  func(event.CreateEvent) bool { return true },
+				UpdateFunc:  func(event.UpdateEvent) bool { return false },
+				DeleteFunc:  func(event.DeleteEvent) bool { return false },
+				GenericFunc: func(event.GenericEvent) bool { return false },
+			}).
 		Watches(&ipamv1alpha1.GlobalVitistackIPPool{}, handler.EnqueueRequestsFromMapFunc(r.servicesWithoutAddresses),
 			predicate.Funcs{
 				CreateFunc:  func(event.CreateEvent) bool { return true },
@@ -90,6 +100,24 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		Build(ctx, r)
 	r.controller = c
 	return err
+}
+
+// serviceOfAddress maps an IPAddress to the Service that controls the claim that
+// controls it (none for other IPAddresses).
+func (r *Reconciler) serviceOfAddress(ctx context.Context, o client.Object) []reconcile.Request {
+	ref := metav1.GetControllerOf(o)
+	if ref == nil || ref.Kind != "IPAddressClaim" || ref.APIVersion != ipamv1.GroupVersion.String() {
+		return nil
+	}
+	claim := &ipamv1.IPAddressClaim{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: o.GetNamespace(), Name: ref.Name}, claim); err != nil {
+		return nil
+	}
+	owner := metav1.GetControllerOf(claim)
+	if owner == nil || owner.Kind != "Service" || owner.APIVersion != corev1.SchemeGroupVersion.String() {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: claim.Namespace, Name: owner.Name}}}
 }
 
 // servicesWithoutAddresses re-queues the served Services that lack an address, when a
