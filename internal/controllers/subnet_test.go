@@ -184,10 +184,17 @@ func TestSubnetOutsideTheZoneMakesThePoolNotReady(t *testing.T) {
 	poolReady(t, pool, metav1.ConditionFalse, "SubnetOutsideZone", ns.Name+"/n")
 	g.Expect(holdersOf("192.168.77.2/32")).To(BeEmpty())
 
-	// Fixing the subnet fixes both.
-	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(pool), pool)).To(Succeed())
-	pool.Spec.Subnet, pool.Spec.Gateway = "10.67.0.0/29", "10.67.0.1"
-	g.Expect(env.Client.Update(ctx, pool)).To(Succeed())
+	// Fixing the subnet fixes both. The pool's change to not Ready makes the claim ask
+	// once more (a refusal holds only while the pool is as it was); while that request
+	// is out, the webhook refuses a new subnet, as for any claim that may be holding an
+	// address, so the user tries again.
+	g.Eventually(func() error {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(pool), pool); err != nil {
+			return err
+		}
+		pool.Spec.Subnet, pool.Spec.Gateway = "10.67.0.0/29", "10.67.0.1"
+		return env.Client.Update(ctx, pool)
+	}, 30*time.Second, 50*time.Millisecond).Should(Succeed())
 	g.Expect(boundAddress(t, claim).Spec.Address).To(Equal("10.67.0.2"))
 	poolReady(t, pool, metav1.ConditionTrue, "Ready", "accepts zone hnet-private")
 }
