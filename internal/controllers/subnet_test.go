@@ -184,10 +184,11 @@ func TestSubnetOutsideTheZoneMakesThePoolNotReady(t *testing.T) {
 	poolReady(t, pool, metav1.ConditionFalse, "SubnetOutsideZone", ns.Name+"/n")
 	g.Expect(holdersOf("192.168.77.2/32")).To(BeEmpty())
 
-	// Fixing the subnet fixes both. The pool's change to not Ready makes the claim ask
-	// once more (a refusal holds only while the pool is as it was); while that request
-	// is out, the webhook refuses a new subnet, as for any claim that may be holding an
-	// address, so the user tries again.
+	// Fixing the subnet fixes both. The claim may be asking once more just then (a
+	// refusal holds only for the pool as it was, and the pool can turn Ready after the
+	// first refusal, which wakes the claim); while that request is out, the webhook
+	// refuses a new subnet, as for any claim that may be holding an address, so the user
+	// tries again.
 	g.Eventually(func() error {
 		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(pool), pool); err != nil {
 			return err

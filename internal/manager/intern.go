@@ -1,13 +1,12 @@
 package manager
 
 import (
-	"slices"
-	"strings"
 	"sync"
 	"unique"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
@@ -69,20 +68,8 @@ func (l *labelSets) share(m map[string]string) map[string]string {
 	if len(m) == 0 {
 		return m
 	}
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	var b strings.Builder
-	for _, k := range keys {
-		// Neither a label key nor a value can hold a NUL.
-		b.WriteString(k)
-		b.WriteByte(0)
-		b.WriteString(m[k])
-		b.WriteByte(0)
-	}
-	key := b.String()
+	// Sorted key=value pairs: valid label keys and values hold neither "=" nor ",".
+	key := labels.Set(m).String()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if s, ok := l.sets[key]; ok {
@@ -102,13 +89,13 @@ func (l *labelSets) share(m map[string]string) map[string]string {
 // instead of one per object, as decoded from the watch. The objects are equal to what
 // was decoded, so nothing the provider compares or patches changes; the cache of
 // 10,000 bound claims is smaller by about a tenth. Claims and IPAddresses with the same
-// labels share one map of them (labels).
-func internStrings(obj any, labels *labelSets) (any, error) {
+// labels share one map of them (sets).
+func internStrings(obj any, sets *labelSets) (any, error) {
 	if m, err := meta.Accessor(obj); err == nil {
 		m.SetNamespace(intern(m.GetNamespace()))
 		switch obj.(type) {
 		case *ipamv1.IPAddressClaim, *ipamv1.IPAddress:
-			m.SetLabels(labels.share(m.GetLabels()))
+			m.SetLabels(sets.share(m.GetLabels()))
 		default:
 			m.SetLabels(internMap(m.GetLabels(), 1<<10))
 		}
@@ -156,12 +143,12 @@ func internConditions(cs []metav1.Condition) {
 // cacheTransform strips managedFields and shares repeated strings and label sets.
 func cacheTransform() toolscache.TransformFunc {
 	strip := cache.TransformStripManagedFields()
-	labels := newLabelSets()
+	sets := newLabelSets()
 	return func(obj any) (any, error) {
 		obj, err := strip(obj)
 		if err != nil {
 			return obj, err
 		}
-		return internStrings(obj, labels)
+		return internStrings(obj, sets)
 	}
 }
