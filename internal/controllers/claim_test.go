@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
@@ -141,6 +142,38 @@ func TestClaimAnnotationsOverrideIdentitySecretAndRetention(t *testing.T) {
 	g.Expect(holders).To(HaveLen(1))
 	g.Expect(holders[0].ExpiresAt).NotTo(BeNil())
 	g.Expect(holders[0].ExpiresAt.Sub(env.Clock.Now()).Hours()).To(BeNumerically("~", 7*24, 1))
+}
+
+// A Secret whose finalizer someone stripped while records name it gets it back when
+// the next claim under it comes, before that claim registers anything: the claim
+// finds the Secret not protected and another claim's record naming it, waits without
+// writing, and asks the Secret controller to look at the Secret (no record of its own
+// would ask, and Secrets are not watched).
+func TestAStrippedSecretFinalizerComesBackForTheNextClaim(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	g.Expect(env.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "owner"},
+		Data: map[string][]byte{"secret": []byte("the-owner-secret-value")}})).To(Succeed())
+	spec := routedPool("inet", ipamv1alpha1.IPv4)
+	spec.SecretRef = &ipamv1alpha1.SecretReference{Name: "owner"}
+	pool := newPool(t, ns.Name, "owned", spec)
+	boundAddress(t, newClaim(t, ns.Name, "first", pool.Name, nil))
+
+	sec := &corev1.Secret{}
+	key := client.ObjectKey{Namespace: ns.Name, Name: "owner"}
+	g.Expect(env.Client.Get(ctx, key, sec)).To(Succeed())
+	g.Expect(sec.Finalizers).To(ContainElement(ipamv1alpha1.SecretInUseFinalizer))
+	patch := client.MergeFrom(sec.DeepCopy())
+	sec.Finalizers = nil
+	g.Expect(env.Client.Patch(ctx, sec, patch)).To(Succeed())
+	// The provider uses a read of a ready Secret for a second: the next claim must read
+	// it again to see the finalizer gone.
+	time.Sleep(1100 * time.Millisecond)
+
+	second := newClaim(t, ns.Name, "second", pool.Name, nil)
+	boundAddress(t, second)
+	g.Expect(env.Client.Get(ctx, key, sec)).To(Succeed())
+	g.Expect(sec.Finalizers).To(ContainElement(ipamv1alpha1.SecretInUseFinalizer), "the Secret is protected again")
 }
 
 func TestClaimRequestedAddress(t *testing.T) {

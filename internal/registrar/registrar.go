@@ -46,12 +46,21 @@ type Registrar struct {
 // WakeClaims sends the claims keep accepts (nil: all) to the claim controller through
 // wake, by key; it blocks while the channel is full, until ctx ends.
 func WakeClaims(ctx context.Context, wake chan<- event.GenericEvent, claims []ipamv1.IPAddressClaim, keep func(*ipamv1.IPAddressClaim) bool) error {
+	var keys []types.NamespacedName
 	for i := range claims {
-		if keep != nil && !keep(&claims[i]) {
-			continue
+		if keep == nil || keep(&claims[i]) {
+			keys = append(keys, client.ObjectKeyFromObject(&claims[i]))
 		}
+	}
+	return WakeKeys(ctx, wake, keys)
+}
+
+// WakeKeys sends the claims of keys to the claim controller through wake; it blocks
+// while the channel is full, until ctx ends.
+func WakeKeys(ctx context.Context, wake chan<- event.GenericEvent, keys []types.NamespacedName) error {
+	for _, k := range keys {
 		c := &ipamv1.IPAddressClaim{}
-		c.Namespace, c.Name = claims[i].Namespace, claims[i].Name
+		c.Namespace, c.Name = k.Namespace, k.Name
 		select {
 		case wake <- event.GenericEvent{Object: c}:
 		case <-ctx.Done():
@@ -63,10 +72,12 @@ func WakeClaims(ctx context.Context, wake chan<- event.GenericEvent, claims []ip
 
 // New builds a Registrar.
 func New(c client.Client, reader client.Reader, clients ClientFactory, cfg Config) *Registrar {
+	secrets := &Secrets{Reader: reader, Writer: c, Default: cfg.DefaultSecret}
+	secrets.Protected.Ask = make(chan event.GenericEvent, 256)
 	return &Registrar{
 		Client:   c,
 		Reader:   reader,
-		Secrets:  &Secrets{Reader: reader, Writer: c, Default: cfg.DefaultSecret},
+		Secrets:  secrets,
 		Clients:  clients,
 		Config:   cfg,
 		InFlight: &InFlight{Reader: c, Quarantine: cfg.Quarantine(), Clock: cfg.Clock},

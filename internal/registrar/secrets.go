@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/record"
@@ -145,11 +146,29 @@ func (s *Secrets) GetRecent(ctx context.Context, ref record.ObjectRef, createDef
 // Protected is the set of Secret keys the Secret protector has protected and
 // fingerprinted, so it is not asked again for every record that names them. A read of
 // a Secret that finds it not ready drops it, and the next record that names it asks
-// again. The zero value is empty and ready to use.
+// again. It also keeps the claims that wait for a key to be protected without having
+// written a record (Await), for the protector to wake. The zero value is empty and
+// ready to use.
 type Protected struct {
-	mu   sync.Mutex
-	keys map[types.NamespacedName]map[string]bool
+	// Ask takes the Secrets that claims wait for to the Secret protector; nil: nobody
+	// is asked (the protector is enqueued by records only).
+	Ask chan event.GenericEvent
+
+	mu      sync.Mutex
+	keys    map[types.NamespacedName]map[string]bool
+	waiting map[types.NamespacedName]*waiters
 }
+
+// waiters are the claims that wait for keys of one Secret to be protected.
+type waiters struct {
+	// claims maps each claim to the key it waits for.
+	claims map[types.NamespacedName]string
+	// asked is when the protector was last asked to look at the Secret.
+	asked time.Time
+}
+
+// askAgain is how often the claims waiting for a Secret ask the protector again.
+const askAgain = time.Second
 
 // Has reports whether ref's Secret key was protected.
 func (p *Protected) Has(ref record.ObjectRef) bool {
@@ -158,13 +177,45 @@ func (p *Protected) Has(ref record.ObjectRef) bool {
 	return p.keys[ref.ObjectKey()][ref.Key]
 }
 
-// Set records the keys of a Secret that are protected now (none: it is not).
-func (p *Protected) Set(secret types.NamespacedName, keys []string) {
+// Await records that claim waits for ref's Secret key to be protected, and asks the
+// protector to look at the Secret (once a second at most, whoever waits). It reports
+// true, recording nothing, when the key is protected already. The claims are handed
+// out by the Set that protects the key.
+func (p *Protected) Await(ref record.ObjectRef, claim types.NamespacedName) (protected bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	secret := ref.ObjectKey()
+	if p.keys[secret][ref.Key] {
+		return true
+	}
+	if p.waiting == nil {
+		p.waiting = map[types.NamespacedName]*waiters{}
+	}
+	w := p.waiting[secret]
+	if w == nil {
+		w = &waiters{claims: map[types.NamespacedName]string{}}
+		p.waiting[secret] = w
+	}
+	w.claims[claim] = ref.Key
+	if p.Ask != nil && time.Since(w.asked) >= askAgain {
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: secret.Namespace, Name: secret.Name}}
+		select {
+		case p.Ask <- event.GenericEvent{Object: s}:
+			w.asked = time.Now()
+		default: // full: the next claim to wait asks again
+		}
+	}
+	return false
+}
+
+// Set records the keys of a Secret that are protected now (none: it is not), and
+// returns the claims that waited for one of them.
+func (p *Protected) Set(secret types.NamespacedName, keys []string) []types.NamespacedName {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if len(keys) == 0 {
 		delete(p.keys, secret)
-		return
+		return nil
 	}
 	if p.keys == nil {
 		p.keys = map[types.NamespacedName]map[string]bool{}
@@ -174,6 +225,19 @@ func (p *Protected) Set(secret types.NamespacedName, keys []string) {
 		m[k] = true
 	}
 	p.keys[secret] = m
+	var woken []types.NamespacedName
+	if w := p.waiting[secret]; w != nil {
+		for c, k := range w.claims {
+			if m[k] {
+				woken = append(woken, c)
+				delete(w.claims, c)
+			}
+		}
+		if len(w.claims) == 0 {
+			delete(p.waiting, secret)
+		}
+	}
+	return woken
 }
 
 // IsDefault reports whether ref is the provider's default secret.

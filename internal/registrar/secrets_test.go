@@ -2,6 +2,8 @@ package registrar_test
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -10,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/record"
@@ -44,5 +47,47 @@ func TestGetRecentReusesAReadyRead(t *testing.T) {
 	}
 	if gets["ready"] != 1 || gets["waiting"] != 5 {
 		t.Fatalf("GETs: ready %d (want 1), waiting %d (want 5)", gets["ready"], gets["waiting"])
+	}
+}
+
+// Claims that wait for a Secret key to be protected are asked for once (not once per
+// claim), handed out by the Set that protects their key (not another key's), and a
+// claim that comes after it is told at once.
+func TestProtectedAwait(t *testing.T) {
+	p := &registrar.Protected{Ask: make(chan event.GenericEvent, 8)}
+	secret := types.NamespacedName{Namespace: "ns", Name: "s"}
+	a := record.ObjectRef{Namespace: "ns", Name: "s", Key: "a"}
+	b := record.ObjectRef{Namespace: "ns", Name: "s", Key: "b"}
+	claim := func(n string) types.NamespacedName { return types.NamespacedName{Namespace: "c", Name: n} }
+	for _, w := range []struct {
+		ref   record.ObjectRef
+		claim string
+	}{{a, "1"}, {a, "2"}, {b, "3"}, {a, "1"}} {
+		if p.Await(w.ref, claim(w.claim)) {
+			t.Fatalf("claim %s: protected before anything was", w.claim)
+		}
+	}
+	if len(p.Ask) != 1 {
+		t.Fatalf("the protector was asked %d times, want once", len(p.Ask))
+	}
+	if e := <-p.Ask; e.Object.GetNamespace() != "ns" || e.Object.GetName() != "s" {
+		t.Fatalf("asked for %s/%s", e.Object.GetNamespace(), e.Object.GetName())
+	}
+	if got := p.Set(secret, nil); got != nil {
+		t.Fatalf("nothing protected, woken %v", got)
+	}
+	got := p.Set(secret, []string{"a"})
+	slices.SortFunc(got, func(x, y types.NamespacedName) int { return strings.Compare(x.String(), y.String()) })
+	if want := []types.NamespacedName{claim("1"), claim("2")}; !slices.Equal(got, want) {
+		t.Fatalf("protecting key a woke %v, want %v", got, want)
+	}
+	if got := p.Set(secret, []string{"a"}); got != nil {
+		t.Fatalf("woken twice: %v", got)
+	}
+	if !p.Await(a, claim("4")) {
+		t.Fatal("key a is protected, but a new claim is told to wait")
+	}
+	if got := p.Set(secret, []string{"a", "b"}); !slices.Equal(got, []types.NamespacedName{claim("3")}) {
+		t.Fatalf("protecting key b woke %v, want [c/3]", got)
 	}
 }

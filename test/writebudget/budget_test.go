@@ -14,6 +14,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -285,4 +286,46 @@ func label(m *dto.Metric, name string) string {
 		}
 	}
 	return ""
+}
+
+// TestBurstUnderANewSecret wakes a burst of claims at once under a Secret nothing was
+// registered under yet, so that it is not protected: the claims that find another
+// claim's record naming it wait for the Secret controller to protect it without
+// writing anything, and then write their pending record once, with the attempt time.
+// Only the claims reconciled before any record was in the cache (at most one per
+// worker) write a record first without one, and again with it.
+func TestBurstUnderANewSecret(t *testing.T) {
+	g := NewWithT(t)
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "fresh-"}}
+	g.Expect(env.Client.Create(ctx, ns)).To(Succeed())
+	g.Expect(env.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "fresh"},
+		Data: map[string][]byte{"secret": []byte("a-new-secret-value-of-32-charact")}})).To(Succeed())
+	// Paused while the claims are made: unpausing wakes them all at once.
+	pool := &ipamv1alpha1.VitistackIPPool{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "fresh",
+		Annotations: map[string]string{clusterv1.PausedAnnotation: "true"}},
+		Spec: ipamv1alpha1.VitistackIPPoolSpec{Zone: "hnet-private", IPFamily: ipamv1alpha1.IPv4,
+			SecretRef: &ipamv1alpha1.SecretReference{Name: "fresh", Key: "secret"}}}
+	g.Expect(env.Client.Create(ctx, pool)).To(Succeed())
+	const n = 60
+	createClaims(g, ns.Name, pool.Name, "fresh", n)
+
+	before, err := apicount.Read(ctx, env.Config)
+	g.Expect(err).NotTo(HaveOccurred())
+	simBefore := env.Sim.Stats()
+	p := client.MergeFrom(pool.DeepCopy())
+	delete(pool.Annotations, clusterv1.PausedAnnotation)
+	g.Expect(env.Client.Patch(ctx, pool, p)).To(Succeed())
+	waitBound(g, ns.Name, n)
+	after, err := apicount.Read(ctx, env.Config)
+	g.Expect(err).NotTo(HaveOccurred())
+
+	writes := providerWrites(after.Since(before))
+	t.Logf("%d claims bound under a new Secret: writes\n%s", n, writes)
+	sec := &corev1.Secret{}
+	g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: "fresh"}, sec)).To(Succeed())
+	g.Expect(sec.Finalizers).To(ContainElement(ipamv1alpha1.SecretInUseFinalizer), "the Secret is protected")
+	g.Expect(env.Sim.Stats().Total(sim.RouteRegister)-simBefore.Total(sim.RouteRegister)).To(Equal(n), "one registration a claim")
+	g.Expect(writes.Get("POST", "ipaddresses")).To(BeNumerically("==", n))
+	g.Expect(writes.Get("PATCH", "ipaddressclaims")).To(BeNumerically("<=", n+opts.MaxConcurrentReconciles),
+		"claims that waited for the Secret to be protected wrote their pending record twice")
 }

@@ -4,17 +4,20 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/pkg/errors"
 	"k8s.io/utils/ptr"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"sigs.k8s.io/cluster-api-ipam-provider-in-cluster/pkg/ipamutil"
 
 	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/index"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/record"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/registrar"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi"
@@ -150,6 +153,11 @@ func (h *Handler) send(ctx context.Context, api ipamapi.Client, sec *registrar.S
 // means someone else holds it), and a claim deleted meanwhile has nothing to release.
 func (h *Handler) writePending(ctx context.Context, reg *record.Registration, sec *registrar.Secret) *outcome {
 	ready, written := sec.Ready(), h.recordWritten(reg)
+	if _, recorded := h.written.Annotations[ipamv1alpha1.RegistrationAnnotation]; !ready && !recorded {
+		if o := h.awaitProtection(ctx, sec); o != nil {
+			return o
+		}
+	}
 	if ready && (!written || !h.InFlight.MayResendUnder(h.claim.UID, reg.Attempt, h.Config.RequestTimeout)) {
 		// The request about to go out may not go under the recorded attempt time (which
 		// would save a write): its outcome is unknown, or it is too old.
@@ -168,6 +176,48 @@ func (h *Handler) writePending(ctx context.Context, reg *record.Registration, se
 		return &o
 	}
 	return nil
+}
+
+// awaitProtection lets a claim without a record wait for its Secret to be
+// protected without writing anything, when another claim's record names the Secret
+// key already (so its protection is under way): a burst of new claims under a new
+// Secret then writes each pending record once, with its attempt time, instead of once
+// to name the Secret and again to send. The protector wakes the claim; nil: the claim
+// writes its own record, which asks for the protection.
+func (h *Handler) awaitProtection(ctx context.Context, sec *registrar.Secret) *outcome {
+	if !h.namedByAnother(ctx, sec.Ref) {
+		return nil
+	}
+	protected := h.Secrets.Protected.Await(sec.Ref, client.ObjectKeyFromObject(h.claim))
+	// Nothing of this reconcile is written, not even a new finalizer: the claim has
+	// sent nothing and holds nothing, here or in the IPAM-API.
+	h.claim.Finalizers = slices.Clone(h.written.Finalizers)
+	h.forgetSends()
+	o := transient(errors.Errorf("waiting for Secret %s/%s to be protected (finalizer %s), as another claim's record asked, "+
+		"before anything is registered under it", sec.Ref.Namespace, sec.Ref.Name, ipamv1alpha1.SecretInUseFinalizer))
+	if protected {
+		o = o.wakeAt(h.InFlight.Now()) // protected since it was read
+	}
+	return &o
+}
+
+// namedByAnother reports whether the record of another claim in the cache names the
+// Secret key (the first few claims that name the Secret are looked at; a lookup that
+// fails counts as none).
+func (h *Handler) namedByAnother(ctx context.Context, ref record.ObjectRef) bool {
+	claims := &ipamv1.IPAddressClaimList{}
+	if err := h.Client.List(ctx, claims, client.MatchingFields{index.ClaimSecret: index.SecretValue(ref)},
+		client.Limit(64), client.UnsafeDisableDeepCopy); err != nil {
+		return false
+	}
+	for i := range claims.Items {
+		if c := &claims.Items[i]; c.UID != h.claim.UID {
+			if reg, err := record.OnClaim(c.Annotations); err == nil && reg != nil && slices.ContainsFunc(reg.Secrets(), ref.Equal) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // recordWritten reports whether the claim already has this very record, with its

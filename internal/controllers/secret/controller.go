@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/index"
@@ -47,6 +48,9 @@ type Protector struct {
 	// Wake takes the unbound claims that wait for a Secret the protector has just
 	// protected to the claim controller (nil: they retry with their back-off).
 	Wake chan<- event.GenericEvent
+	// Asks brings the Secrets that claims wait for without a record naming them
+	// (registrar.Protected's Ask); nil: none.
+	Asks <-chan event.GenericEvent
 }
 
 // wakeWaiting sends the unbound claims whose record names a Secret that has just been
@@ -64,12 +68,15 @@ func (p *Protector) wakeWaiting(ctx context.Context, secret types.NamespacedName
 
 // SetupWithManager registers the protector.
 func (p *Protector) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named("secret-protector").
 		WithOptions(controller.Options{MaxConcurrentReconciles: 2}).
 		Watches(&ipamv1.IPAddressClaim{}, p.recordsChanged()).
-		Watches(&ipamv1.IPAddress{}, p.recordsChanged()).
-		Complete(p)
+		Watches(&ipamv1.IPAddress{}, p.recordsChanged())
+	if p.Asks != nil {
+		b = b.WatchesRawSource(source.Channel(p.Asks, &handler.EnqueueRequestForObject{}))
+	}
+	return b.Complete(p)
 }
 
 // removalDelay coalesces the reconciles of a Secret whose records go: a burst of
@@ -196,7 +203,13 @@ func (p *Protector) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 				ready = append(ready, k)
 			}
 		}
-		p.Protected.Set(req.NamespacedName, ready)
+		// Claims that waited without a record of their own (they found another's
+		// naming the Secret) go on now.
+		if woken := p.Protected.Set(req.NamespacedName, ready); len(woken) > 0 && p.Wake != nil {
+			if err := registrar.WakeKeys(ctx, p.Wake, woken); err != nil {
+				return res, err
+			}
+		}
 	}
 	return res, nil
 }
