@@ -157,7 +157,19 @@ type Protected struct {
 	mu      sync.Mutex
 	keys    map[types.NamespacedName]map[string]bool
 	waiting map[types.NamespacedName]*waiters
+	// recording is, by Secret key, the claim of this process that writes the first
+	// record naming it, and since when.
+	recording map[string]recorder
 }
+
+type recorder struct {
+	claim types.UID
+	since time.Time
+}
+
+// recordingFor is how long the other claims wait for the first claim's record to ask
+// for a Secret key's protection before each writes its own.
+const recordingFor = 5 * time.Second
 
 // waiters are the claims that wait for keys of one Secret to be protected.
 type waiters struct {
@@ -175,6 +187,22 @@ func (p *Protected) Has(ref record.ObjectRef) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.keys[ref.ObjectKey()][ref.Key]
+}
+
+// RecordedByAnother reports whether another claim of this process has started, in the
+// last few seconds, to write the first record naming ref's Secret key (not protected
+// yet). If not, claim is that claim from now on.
+func (p *Protected) RecordedByAnother(ref record.ObjectRef, claim types.UID) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if r, ok := p.recording[ref.String()]; ok && r.claim != claim && time.Since(r.since) < recordingFor {
+		return true
+	}
+	if p.recording == nil {
+		p.recording = map[string]recorder{}
+	}
+	p.recording[ref.String()] = recorder{claim: claim, since: time.Now()}
+	return false
 }
 
 // Await records that claim waits for ref's Secret key to be protected, and asks the
@@ -225,6 +253,9 @@ func (p *Protected) Set(secret types.NamespacedName, keys []string) []types.Name
 		m[k] = true
 	}
 	p.keys[secret] = m
+	for _, k := range keys {
+		delete(p.recording, record.ObjectRef{Namespace: secret.Namespace, Name: secret.Name, Key: k}.String())
+	}
 	var woken []types.NamespacedName
 	if w := p.waiting[secret]; w != nil {
 		for c, k := range w.claims {

@@ -91,3 +91,30 @@ func TestProtectedAwait(t *testing.T) {
 		t.Fatalf("protecting key b woke %v, want [c/3]", got)
 	}
 }
+
+// The first claim of a process to write a record naming a Secret key that is not
+// protected is the one; the others are told so until the key is protected.
+func TestProtectedRecordedByAnother(t *testing.T) {
+	p := &registrar.Protected{}
+	a := record.ObjectRef{Namespace: "ns", Name: "s", Key: "a"}
+	b := record.ObjectRef{Namespace: "ns", Name: "s", Key: "b"}
+	if p.RecordedByAnother(a, "first") {
+		t.Fatal("nobody records key a yet")
+	}
+	if p.RecordedByAnother(a, "first") {
+		t.Fatal("the first claim is told that another records its own record")
+	}
+	if !p.RecordedByAnother(a, "second") {
+		t.Fatal("the second claim is not told that the first records key a")
+	}
+	if p.RecordedByAnother(b, "second") {
+		t.Fatal("key b is not recorded by anyone yet")
+	}
+	p.Set(types.NamespacedName{Namespace: "ns", Name: "s"}, []string{"a"})
+	if p.RecordedByAnother(a, "third") {
+		t.Fatal("key a is protected: nobody needs to wait for the first record")
+	}
+	if !p.RecordedByAnother(b, "third") {
+		t.Fatal("protecting key a forgot who records key b")
+	}
+}

@@ -180,12 +180,13 @@ func (h *Handler) writePending(ctx context.Context, reg *record.Registration, se
 
 // awaitProtection lets a claim without a record wait for its Secret to be
 // protected without writing anything, when another claim's record names the Secret
-// key already (so its protection is under way): a burst of new claims under a new
-// Secret then writes each pending record once, with its attempt time, instead of once
-// to name the Secret and again to send. The protector wakes the claim; nil: the claim
-// writes its own record, which asks for the protection.
+// key already, or another claim of this process is writing the first such record (so
+// its protection is under way): a burst of new claims under a new Secret then writes
+// each pending record once, with its attempt time, instead of once to name the Secret
+// and again to send. The protector wakes the claim; nil: the claim writes its own
+// record, which asks for the protection.
 func (h *Handler) awaitProtection(ctx context.Context, sec *registrar.Secret) *outcome {
-	if !h.namedByAnother(ctx, sec.Ref) {
+	if !h.namedByAnother(ctx, sec.Ref) && !h.Secrets.Protected.RecordedByAnother(sec.Ref, h.claim.UID) {
 		return nil
 	}
 	protected := h.Secrets.Protected.Await(sec.Ref, client.ObjectKeyFromObject(h.claim))
