@@ -59,6 +59,20 @@ type Adapter struct {
 	// timers holds at most one wake per claim (the earliest asked for).
 	timersMu sync.Mutex
 	timers   map[types.UID]wake
+
+	// waitBackoff times the re-queues of claims that wait (see waiting): they return
+	// no error, so the controller's own back-off does not grow for them.
+	waitBackoff     workqueue.TypedRateLimiter[types.UID]
+	waitBackoffOnce sync.Once
+}
+
+// waits is the back-off of waiting claims: 250 ms, doubling up to a minute, as the
+// controller's for failures.
+func (a *Adapter) waits() workqueue.TypedRateLimiter[types.UID] {
+	a.waitBackoffOnce.Do(func() {
+		a.waitBackoff = workqueue.NewTypedItemExponentialFailureRateLimiter[types.UID](250*time.Millisecond, time.Minute)
+	})
+	return a.waitBackoff
 }
 
 type wake struct {

@@ -170,11 +170,12 @@ func (h *Handler) writePending(ctx context.Context, reg *record.Registration, se
 		}
 	}
 	if !ready {
-		// Not a condition: the Secret controller protects it within moments.
-		o := transient(errors.Errorf("waiting for Secret %s/%s to be protected (finalizer %s) before anything is registered under it",
-			sec.Ref.Namespace, sec.Ref.Name, ipamv1alpha1.SecretInUseFinalizer))
+		// Not a condition: the Secret controller protects it within moments, and wakes it.
+		o := waiting("waiting for Secret %s/%s to be protected (finalizer %s) before anything is registered under it",
+			sec.Ref.Namespace, sec.Ref.Name, ipamv1alpha1.SecretInUseFinalizer)
 		return &o
 	}
+	h.waits().Forget(h.claim.UID)
 	return nil
 }
 
@@ -194,8 +195,8 @@ func (h *Handler) awaitProtection(ctx context.Context, sec *registrar.Secret) *o
 	// sent nothing and holds nothing, here or in the IPAM-API.
 	h.claim.Finalizers = slices.Clone(h.written.Finalizers)
 	h.forgetSends()
-	o := transient(errors.Errorf("waiting for Secret %s/%s to be protected (finalizer %s), as another claim's record asked, "+
-		"before anything is registered under it", sec.Ref.Namespace, sec.Ref.Name, ipamv1alpha1.SecretInUseFinalizer))
+	o := waiting("waiting for Secret %s/%s to be protected (finalizer %s), as another claim's record asked, "+
+		"before anything is registered under it", sec.Ref.Namespace, sec.Ref.Name, ipamv1alpha1.SecretInUseFinalizer)
 	if protected {
 		o = o.wakeAt(h.InFlight.Now()) // protected since it was read
 	}

@@ -66,8 +66,8 @@ func TestClaimReconcileSeesItsOwnWrites(t *testing.T) {
 	// The default Secret is created by the first reconcile; the protector has not seen
 	// it yet, so two reconciles in a row wait for it.
 	for range 2 {
-		if _, err := w.claims.Reconcile(w.ctx, ctrl.Request{NamespacedName: client.ObjectKey{Namespace: "apps", Name: "c"}}); err == nil {
-			t.Fatalf("a claim whose Secret is not protected yet was not told to wait")
+		if res, err := w.claims.Reconcile(w.ctx, ctrl.Request{NamespacedName: client.ObjectKey{Namespace: "apps", Name: "c"}}); err != nil || res.RequeueAfter <= 0 {
+			t.Fatalf("a claim whose Secret is not protected yet was not told to wait: %+v, %v", res, err)
 		}
 	}
 	w.settle()

@@ -134,6 +134,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		// provider. One from an earlier version is taken off when its claim goes.
 		return nil
 	})
+	var w waitError
+	if errors.As(err, &w) {
+		ctrl.LoggerFrom(ctx).V(1).Info("Waiting", "reason", w.Error())
+		return ctrl.Result{RequeueAfter: r.Adapter.waits().When(claim.UID)}, nil
+	}
 	if res != nil || err != nil {
 		return unwrap(res), errors.Wrap(err, "failed to create or patch address")
 	}

@@ -58,6 +58,19 @@ func failed(reason, message string) outcome {
 // Ready) and is retried with back-off.
 func transient(err error) outcome { return outcome{err: err} }
 
+// waiting is neither a failure nor a condition: the claim waits for something that
+// wakes it (its Secret's protection, which takes moments). The reconcile writes
+// nothing more, logs why at V(1) instead of as a reconcile error, and comes back with
+// the claim's own back-off should no wake come.
+func waiting(format string, args ...any) outcome {
+	return outcome{err: waitError{errors.Errorf(format, args...)}}
+}
+
+// waitError marks the error of a waiting outcome.
+type waitError struct{ error }
+
+func (e waitError) Unwrap() error { return e.error }
+
 func (o outcome) withEvent(reason string) outcome { o.event = reason; return o }
 func (o outcome) final() outcome                  { o.terminal = true; return o }
 func (o outcome) wakeAt(t time.Time) outcome      { o.wake = t; return o }
