@@ -195,7 +195,7 @@ func (h *Handler) awaitProtection(ctx context.Context, sec *registrar.Secret) *o
 	// sent nothing and holds nothing, here or in the IPAM-API.
 	h.claim.Finalizers = slices.Clone(h.written.Finalizers)
 	h.forgetSends()
-	o := waiting("waiting for Secret %s/%s to be protected (finalizer %s), as another claim's record asked, "+
+	o := waiting("waiting for Secret %s/%s to be protected (finalizer %s), which another claim has asked for, "+
 		"before anything is registered under it", sec.Ref.Namespace, sec.Ref.Name, ipamv1alpha1.SecretInUseFinalizer)
 	if protected {
 		o = o.wakeAt(h.InFlight.Now()) // protected since it was read
