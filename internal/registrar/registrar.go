@@ -43,14 +43,12 @@ type Registrar struct {
 	kubeSystemUID string
 }
 
-// WakeClaims sends the claims keep accepts (nil: all) to the claim controller through
-// wake, by key; it blocks while the channel is full, until ctx ends.
-func WakeClaims(ctx context.Context, wake chan<- event.GenericEvent, claims []ipamv1.IPAddressClaim, keep func(*ipamv1.IPAddressClaim) bool) error {
-	var keys []types.NamespacedName
+// WakeClaims sends the claims to the claim controller through wake, by key; it blocks
+// while the channel is full, until ctx ends.
+func WakeClaims(ctx context.Context, wake chan<- event.GenericEvent, claims []ipamv1.IPAddressClaim) error {
+	keys := make([]types.NamespacedName, len(claims))
 	for i := range claims {
-		if keep == nil || keep(&claims[i]) {
-			keys = append(keys, client.ObjectKeyFromObject(&claims[i]))
-		}
+		keys[i] = client.ObjectKeyFromObject(&claims[i])
 	}
 	return WakeKeys(ctx, wake, keys)
 }

@@ -146,9 +146,8 @@ func (s *Secrets) GetRecent(ctx context.Context, ref record.ObjectRef, createDef
 // Protected is the set of Secret keys the Secret protector has protected and
 // fingerprinted, so it is not asked again for every record that names them. A read of
 // a Secret that finds it not ready drops it, and the next record that names it asks
-// again. It also keeps the claims that wait for a key to be protected without having
-// written a record (Await), for the protector to wake. The zero value is empty and
-// ready to use.
+// again. It also keeps the claims that wait for a key to be protected (Await), for the
+// protector to wake. The zero value is empty and ready to use.
 type Protected struct {
 	// Ask takes the Secrets that claims wait for to the Secret protector; nil: nobody
 	// is asked (the protector is enqueued by records only).

@@ -66,14 +66,24 @@ type Adapter struct {
 	waitBackoffOnce sync.Once
 }
 
-// waits is the back-off of waiting claims: 250 ms, doubling up to a minute, as the
-// controller's for failures.
+// waits is the back-off of waiting claims, the same as the controller's for failures.
 func (a *Adapter) waits() workqueue.TypedRateLimiter[types.UID] {
 	a.waitBackoffOnce.Do(func() {
-		a.waitBackoff = workqueue.NewTypedItemExponentialFailureRateLimiter[types.UID](250*time.Millisecond, time.Minute)
+		a.waitBackoff = workqueue.NewTypedItemExponentialFailureRateLimiter[types.UID](backoffBase, backoffMax)
 	})
 	return a.waitBackoff
 }
+
+// The back-off of a claim that fails, or waits: 250 ms, doubling up to backoffMax.
+const (
+	backoffBase = 250 * time.Millisecond
+	// backoffMax: waiting claims do not hammer the IPAM-API (1,000 failing claims send
+	// at most about 17 requests a second), and after an outage, or a stretch of failed
+	// answers, every claim goes on within a minute. (With 5 minutes, the chaos suite saw
+	// a claim wait 96 s after the IPAM-API had recovered from failing one request in
+	// five.)
+	backoffMax = time.Minute
+)
 
 type wake struct {
 	at    time.Time
@@ -114,12 +124,7 @@ func (a *Adapter) SetupWithManager(_ context.Context, b *ctrl.Builder) error {
 			// Different claims are different identities, which the IPAM-API allocates
 			// safely in parallel; controller-runtime never reconciles one claim twice at once.
 			MaxConcurrentReconciles: workers,
-			// Back off up to 1 minute: waiting claims do not hammer the IPAM-API (1,000
-			// failing claims send at most about 17 requests a second), and after an
-			// outage, or a stretch of failed answers, every claim goes on within a
-			// minute. (With 5 minutes, the chaos suite saw a claim wait 96 s after the
-			// IPAM-API had recovered from failing one request in five.)
-			RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](250*time.Millisecond, time.Minute),
+			RateLimiter:             workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](backoffBase, backoffMax),
 			// A backstop for a reconcile that hangs: every IPAM-API call has its own,
 			// shorter deadline, and a reconcile cut anywhere is finished by the next one.
 			ReconciliationTimeout: reconciliationTimeout,

@@ -171,8 +171,8 @@ func (h *Handler) writePending(ctx context.Context, reg *record.Registration, se
 	}
 	if !ready {
 		// Not a condition: the Secret controller protects it within moments, and wakes it.
-		o := waiting("waiting for Secret %s/%s to be protected (finalizer %s) before anything is registered under it",
-			sec.Ref.Namespace, sec.Ref.Name, ipamv1alpha1.SecretInUseFinalizer)
+		o := h.await(sec, waiting("waiting for Secret %s/%s to be protected (finalizer %s) before anything is registered under it",
+			sec.Ref.Namespace, sec.Ref.Name, ipamv1alpha1.SecretInUseFinalizer))
 		return &o
 	}
 	h.waits().Forget(h.claim.UID)
@@ -190,17 +190,23 @@ func (h *Handler) awaitProtection(ctx context.Context, sec *registrar.Secret) *o
 	if !h.namedByAnother(ctx, sec.Ref) && !h.Secrets.Protected.RecordedByAnother(sec.Ref, h.claim.UID) {
 		return nil
 	}
-	protected := h.Secrets.Protected.Await(sec.Ref, client.ObjectKeyFromObject(h.claim))
 	// Nothing of this reconcile is written, not even a new finalizer: the claim has
 	// sent nothing and holds nothing, here or in the IPAM-API.
 	h.claim.Finalizers = slices.Clone(h.written.Finalizers)
 	h.forgetSends()
-	o := waiting("waiting for Secret %s/%s to be protected (finalizer %s), which another claim has asked for, "+
-		"before anything is registered under it", sec.Ref.Namespace, sec.Ref.Name, ipamv1alpha1.SecretInUseFinalizer)
-	if protected {
-		o = o.wakeAt(h.InFlight.Now()) // protected since it was read
-	}
+	o := h.await(sec, waiting("waiting for Secret %s/%s to be protected (finalizer %s), which another claim has asked for, "+
+		"before anything is registered under it", sec.Ref.Namespace, sec.Ref.Name, ipamv1alpha1.SecretInUseFinalizer))
 	return &o
+}
+
+// await makes the claim one that the Secret protector wakes when it has protected the
+// Secret key, and asks it to look; o comes back at once if that happened since the
+// Secret was read.
+func (h *Handler) await(sec *registrar.Secret, o outcome) outcome {
+	if h.Secrets.Protected.Await(sec.Ref, client.ObjectKeyFromObject(h.claim)) {
+		return o.wakeAt(h.InFlight.Now())
+	}
+	return o
 }
 
 // namedByAnother reports whether the record of another claim in the cache names the

@@ -51,7 +51,7 @@ func (r *Reconciler) wakeWaiting(ctx context.Context, pool ipamv1alpha1.Pool, in
 		if err := r.Client.List(ctx, claims, field, client.UnsafeDisableDeepCopy); err != nil {
 			return errors.Wrap(err, "listing the claims waiting for room")
 		}
-		if err := registrar.WakeClaims(ctx, r.Wake, claims.Items, nil); err != nil {
+		if err := registrar.WakeClaims(ctx, r.Wake, claims.Items); err != nil {
 			return err
 		}
 	}

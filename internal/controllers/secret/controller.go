@@ -45,25 +45,13 @@ type Protector struct {
 	// Protected is told what the protector has made sure of (the claims' Secret reads
 	// share it); nil: every record that names a Secret enqueues it.
 	Protected *registrar.Protected
-	// Wake takes the unbound claims that wait for a Secret the protector has just
-	// protected to the claim controller (nil: they retry with their back-off).
+	// Wake takes the claims that waited for a Secret key the protector has protected
+	// (Protected hands them out) to the claim controller; nil: they come back with
+	// their back-off.
 	Wake chan<- event.GenericEvent
-	// Asks brings the Secrets that claims wait for without a record naming them
+	// Asks brings the Secrets that waiting claims ask the protector to look at
 	// (registrar.Protected's Ask); nil: none.
 	Asks <-chan event.GenericEvent
-}
-
-// wakeWaiting sends the unbound claims whose record names a Secret that has just been
-// protected to the claim controller: they wait for it before sending anything.
-func (p *Protector) wakeWaiting(ctx context.Context, secret types.NamespacedName) error {
-	if p.Wake == nil {
-		return nil
-	}
-	claims := &ipamv1.IPAddressClaimList{}
-	if err := p.Client.List(ctx, claims, client.MatchingFields{index.ClaimSecret: secret.String()}, client.UnsafeDisableDeepCopy); err != nil {
-		return errors.Wrap(err, "listing the claims that wait for the Secret")
-	}
-	return registrar.WakeClaims(ctx, p.Wake, claims.Items, func(c *ipamv1.IPAddressClaim) bool { return c.Status.AddressRef.Name == "" })
 }
 
 // SetupWithManager registers the protector.
@@ -191,11 +179,6 @@ func (p *Protector) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 			return res, client.IgnoreNotFound(errors.Wrapf(err, "protecting Secret %s", req.NamespacedName))
 		}
 	}
-	if !controllerutil.ContainsFinalizer(before, ipamv1alpha1.SecretInUseFinalizer) && controllerutil.ContainsFinalizer(sec, ipamv1alpha1.SecretInUseFinalizer) {
-		if err := p.wakeWaiting(ctx, req.NamespacedName); err != nil {
-			return res, err
-		}
-	}
 	if p.Protected != nil {
 		var ready []string // keys whose fingerprint matches the value (a changed value is not ready)
 		for _, k := range keys {
@@ -203,8 +186,7 @@ func (p *Protector) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 				ready = append(ready, k)
 			}
 		}
-		// Claims that waited without a record of their own (they found another's
-		// naming the Secret) go on now.
+		// The claims that waited for these keys go on now.
 		if woken := p.Protected.Set(req.NamespacedName, ready); len(woken) > 0 && p.Wake != nil {
 			if err := registrar.WakeKeys(ctx, p.Wake, woken); err != nil {
 				return res, err
