@@ -71,6 +71,10 @@ const (
 	// ClaimReadySecretValueChangedReason: the value of the Secret that owns the address
 	// changed after the address was registered under it.
 	ClaimReadySecretValueChangedReason = "SecretValueChanged"
+	// ClaimReadySecretNotProtectedReason: the claim has waited a while for the Secret
+	// protector to protect its Secret (finalizer and fingerprint), which comes before
+	// anything is registered under it; the message has the protector's last error.
+	ClaimReadySecretNotProtectedReason = "SecretNotProtected"
 )
 
 // The AddressShared condition of an IPAddressClaim: True while its address is bound to

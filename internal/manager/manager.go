@@ -203,7 +203,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	}).SetupWithManager(ctx, mgr); err != nil {
 		return errors.Wrap(err, "setting up the IPAddressClaim controller")
 	}
-	if err := (&secret.Protector{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Protected: &reg.Secrets.Protected, Wake: reg.Wake, Asks: reg.Secrets.Protected.Ask}).SetupWithManager(ctx, mgr); err != nil {
+	if err := (&secret.Protector{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Secrets: reg.Secrets, Wake: reg.Wake, Asks: reg.Secrets.Protected.Ask}).SetupWithManager(ctx, mgr); err != nil {
 		return errors.Wrap(err, "setting up the Secret protector")
 	}
 	for _, kind := range []string{ipamv1alpha1.VitistackIPPoolKind, ipamv1alpha1.GlobalVitistackIPPoolKind} {

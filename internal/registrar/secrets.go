@@ -112,8 +112,9 @@ const recentReadAge = time.Second
 
 // GetRecent is Get for registrations and releases: a read of the same Secret key that
 // found it ready (protected, fingerprinted with its value, not being deleted) less
-// than a second ago is used again instead of another GET, and claims that miss at the
-// same moment share one GET. Anything else is read. A value changed within that second
+// than a second ago, or the Secret protector's when it protected the key (Remember),
+// is used again instead of another GET, and claims that miss at the same moment share
+// one GET. Anything else is read. A value changed within that second
 // is seen a moment later: a registration until then goes under the value the
 // fingerprint names, and a release uses the value the address was registered under.
 func (s *Secrets) GetRecent(ctx context.Context, ref record.ObjectRef, createDefault bool) (*Secret, error) {
@@ -126,13 +127,8 @@ func (s *Secrets) GetRecent(ctx context.Context, ref record.ObjectRef, createDef
 	}
 	v, err, _ := s.reads.Do(fmt.Sprintf("%s/%s/%s/%t", ref.Namespace, ref.Name, ref.Key, createDefault), func() (any, error) {
 		sec, err := s.Get(ctx, ref, createDefault)
-		if err == nil && sec.Ready() {
-			s.recentMu.Lock()
-			if s.recent == nil || len(s.recent) > 1024 {
-				s.recent = map[record.ObjectRef]recentRead{}
-			}
-			s.recent[ref] = recentRead{secret: *sec, at: time.Now()}
-			s.recentMu.Unlock()
+		if err == nil {
+			s.remember(sec)
 		}
 		return sec, err
 	})
@@ -141,6 +137,30 @@ func (s *Secrets) GetRecent(ctx context.Context, ref record.ObjectRef, createDef
 	}
 	sec := *v.(*Secret) // a copy each: callers may change theirs
 	return &sec, nil
+}
+
+// Remember serves GetRecent, for a second, with what the API server answered the
+// Secret protector about a Secret it protected: the claims it wakes go on without
+// reading it again. Keys that are not ready are not remembered.
+func (s *Secrets) Remember(sec *corev1.Secret, keys []string) {
+	for _, k := range keys {
+		if out, err := secretFrom(record.ObjectRef{Namespace: sec.Namespace, Name: sec.Name, Key: k}, sec); err == nil {
+			s.remember(out)
+		}
+	}
+}
+
+// remember keeps a read that found a Secret ready for GetRecent.
+func (s *Secrets) remember(sec *Secret) {
+	if !sec.Ready() {
+		return
+	}
+	s.recentMu.Lock()
+	defer s.recentMu.Unlock()
+	if s.recent == nil || len(s.recent) > 1024 {
+		s.recent = map[record.ObjectRef]recentRead{}
+	}
+	s.recent[sec.Ref] = recentRead{secret: *sec, at: time.Now()}
 }
 
 // Protected is the set of Secret keys the Secret protector has protected and
@@ -159,6 +179,8 @@ type Protected struct {
 	// recording is, by Secret key, the claim of this process that writes the first
 	// record naming it, and since when.
 	recording map[string]recorder
+	// failures is the protector's last failure to look at a Secret, by Secret.
+	failures map[types.NamespacedName]error
 }
 
 type recorder struct {
@@ -270,6 +292,29 @@ func (p *Protected) Set(secret types.NamespacedName, keys []string) []types.Name
 	return woken
 }
 
+// Tried records how the protector's last look at a Secret ended (nil: it did not
+// fail), for the claims that wait for it to say why they still do (Failure).
+func (p *Protected) Tried(secret types.NamespacedName, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err == nil {
+		delete(p.failures, secret)
+		return
+	}
+	if p.failures == nil || len(p.failures) > 1024 {
+		p.failures = map[types.NamespacedName]error{}
+	}
+	p.failures[secret] = err
+}
+
+// Failure is the protector's last failure to look at a Secret, if its last look
+// failed.
+func (p *Protected) Failure(secret types.NamespacedName) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.failures[secret]
+}
+
 // IsDefault reports whether ref is the provider's default secret.
 func (s *Secrets) IsDefault(ref record.ObjectRef) bool {
 	return ref.Namespace == s.Default.Namespace && ref.Name == s.Default.Name && ref.Key == record.DefaultSecretKey
@@ -292,6 +337,18 @@ func (s *Secrets) Get(ctx context.Context, ref record.ObjectRef, createDefault b
 		}
 		return nil, errors.Wrapf(err, "reading Secret %s/%s", ref.Namespace, ref.Name)
 	}
+	out, err := secretFrom(ref, sec)
+	if err != nil {
+		return nil, err
+	}
+	if !out.Ready() {
+		s.Protected.Set(ref.ObjectKey(), nil) // the protector is asked again by the next record naming it
+	}
+	return out, nil
+}
+
+// secretFrom is ref's key of sec.
+func secretFrom(ref record.ObjectRef, sec *corev1.Secret) (*Secret, error) {
 	v, ok := sec.Data[ref.Key]
 	if !ok {
 		return nil, &SecretNotFoundError{Ref: ref}
@@ -299,18 +356,14 @@ func (s *Secrets) Get(ctx context.Context, ref record.ObjectRef, createDefault b
 	if n := utf8.RuneCount(v); n < 8 || n > 64 { // the IPAM-API counts characters
 		return nil, &SecretInvalidError{Ref: ref, N: n, ResourceVersion: sec.ResourceVersion}
 	}
-	out := &Secret{
+	return &Secret{
 		Ref:             ref,
 		Value:           ipamapi.Secret(v),
 		ResourceVersion: sec.ResourceVersion,
 		Protected:       controllerutil.ContainsFinalizer(sec, ipamv1alpha1.SecretInUseFinalizer),
 		Deleting:        !sec.DeletionTimestamp.IsZero(),
 		Fingerprint:     record.Fingerprints(sec.Annotations)[ref.Key],
-	}
-	if !out.Ready() {
-		s.Protected.Set(ref.ObjectKey(), nil) // the protector is asked again by the next record naming it
-	}
-	return out, nil
+	}, nil
 }
 
 // createDefault creates the default secret. Many claims may find it missing at once,

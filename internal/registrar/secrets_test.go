@@ -19,34 +19,71 @@ import (
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/registrar"
 )
 
-// A burst of registrations under one ready Secret reads it once a second, not once per
-// claim; a Secret that is not ready yet is read every time (its protection is awaited).
-func TestGetRecentReusesAReadyRead(t *testing.T) {
-	ctx := context.Background()
-	value := []byte("a-secret-value-1")
-	ready := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "ready",
-		Finalizers:  []string{ipamv1alpha1.SecretInUseFinalizer},
-		Annotations: map[string]string{}}, Data: map[string][]byte{"secret": value}}
-	record.SetFingerprints(ready.Annotations, map[string]string{"secret": record.Fingerprint(value)})
-	waiting := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "waiting"}, Data: map[string][]byte{"secret": value}}
-	gets := map[string]int{}
-	c := interceptor.NewClient(fake.NewClientBuilder().WithObjects(ready, waiting).Build(), interceptor.Funcs{
+// secretsValue is the value of the Secrets of the GetRecent tests.
+var secretsValue = []byte("a-secret-value-1")
+
+// protectedSecret is a ready Secret (protected, fingerprinted) with these keys.
+func protectedSecret(name string, keys ...string) *corev1.Secret {
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name,
+		Finalizers: []string{ipamv1alpha1.SecretInUseFinalizer}, Annotations: map[string]string{}}, Data: map[string][]byte{}}
+	fp := map[string]string{}
+	for _, k := range keys {
+		sec.Data[k], fp[k] = secretsValue, record.Fingerprint(secretsValue)
+	}
+	record.SetFingerprints(sec.Annotations, fp)
+	return sec
+}
+
+// countedSecrets reads objs, counting the GETs by Secret name; getRecent reads ref
+// and expects secretsValue.
+func countedSecrets(t *testing.T, objs ...client.Object) (s *registrar.Secrets, gets map[string]int, getRecent func(ref record.ObjectRef)) {
+	gets = map[string]int{}
+	c := interceptor.NewClient(fake.NewClientBuilder().WithObjects(objs...).Build(), interceptor.Funcs{
 		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 			gets[key.Name]++
 			return c.Get(ctx, key, obj, opts...)
 		},
 	})
-	s := &registrar.Secrets{Reader: c, Writer: c, Default: types.NamespacedName{Namespace: "ns", Name: "default"}}
+	s = &registrar.Secrets{Reader: c, Writer: c, Default: types.NamespacedName{Namespace: "ns", Name: "default"}}
+	return s, gets, func(ref record.ObjectRef) {
+		t.Helper()
+		sec, err := s.GetRecent(context.Background(), ref, true)
+		if err != nil || string(sec.Value) != string(secretsValue) {
+			t.Fatalf("%s: %v", ref, err)
+		}
+	}
+}
+
+// A burst of registrations under one ready Secret reads it once a second, not once per
+// claim; a Secret that is not ready yet is read every time (its protection is awaited).
+func TestGetRecentReusesAReadyRead(t *testing.T) {
+	waiting := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "waiting"}, Data: map[string][]byte{"secret": secretsValue}}
+	_, gets, getRecent := countedSecrets(t, protectedSecret("ready", "secret"), waiting)
 	for range 5 {
 		for _, name := range []string{"ready", "waiting"} {
-			sec, err := s.GetRecent(ctx, record.ObjectRef{Namespace: "ns", Name: name, Key: "secret"}, true)
-			if err != nil || string(sec.Value) != string(value) {
-				t.Fatalf("%s: %v", name, err)
-			}
+			getRecent(record.ObjectRef{Namespace: "ns", Name: name, Key: "secret"})
 		}
 	}
 	if gets["ready"] != 1 || gets["waiting"] != 5 {
 		t.Fatalf("GETs: ready %d (want 1), waiting %d (want 5)", gets["ready"], gets["waiting"])
+	}
+}
+
+// What the API server answered the Secret protector about a Secret it protected serves
+// the claims it wakes: they read it no more. A key the protector does not vouch for, or
+// a Secret that is not ready, is still read.
+func TestRememberServesTheClaimsTheProtectorWakes(t *testing.T) {
+	protected := protectedSecret("protected", "secret", "other")
+	bare := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "bare"}, Data: map[string][]byte{"secret": secretsValue}}
+	s, gets, getRecent := countedSecrets(t, protected, bare)
+	s.Remember(protected, []string{"secret"})
+	s.Remember(bare, []string{"secret"})
+	for _, ref := range []record.ObjectRef{{Namespace: "ns", Name: "protected", Key: "secret"},
+		{Namespace: "ns", Name: "protected", Key: "other"}, {Namespace: "ns", Name: "bare", Key: "secret"}} {
+		getRecent(ref)
+	}
+	if gets["protected"] != 1 || gets["bare"] != 1 {
+		t.Fatalf("GETs: protected %d (want 1, for the key not remembered), bare %d (want 1)", gets["protected"], gets["bare"])
 	}
 }
 

@@ -61,15 +61,16 @@ type Adapter struct {
 	timers   map[types.UID]wake
 
 	// waitBackoff times the re-queues of claims that wait (see waiting): they return
-	// no error, so the controller's own back-off does not grow for them.
-	waitBackoff     workqueue.TypedRateLimiter[types.UID]
+	// no error, so the controller's own back-off does not grow for them. By name, so
+	// that the reconcile that finds a claim gone forgets it.
+	waitBackoff     workqueue.TypedRateLimiter[types.NamespacedName]
 	waitBackoffOnce sync.Once
 }
 
 // waits is the back-off of waiting claims, the same as the controller's for failures.
-func (a *Adapter) waits() workqueue.TypedRateLimiter[types.UID] {
+func (a *Adapter) waits() workqueue.TypedRateLimiter[types.NamespacedName] {
 	a.waitBackoffOnce.Do(func() {
-		a.waitBackoff = workqueue.NewTypedItemExponentialFailureRateLimiter[types.UID](backoffBase, backoffMax)
+		a.waitBackoff = workqueue.NewTypedItemExponentialFailureRateLimiter[types.NamespacedName](backoffBase, backoffMax)
 	})
 	return a.waitBackoff
 }

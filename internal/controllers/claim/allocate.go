@@ -170,12 +170,12 @@ func (h *Handler) writePending(ctx context.Context, reg *record.Registration, se
 		}
 	}
 	if !ready {
-		// Not a condition: the Secret controller protects it within moments, and wakes it.
+		// The Secret controller protects it within moments, and wakes it.
 		o := h.await(sec, waiting("waiting for Secret %s/%s to be protected (finalizer %s) before anything is registered under it",
 			sec.Ref.Namespace, sec.Ref.Name, ipamv1alpha1.SecretInUseFinalizer))
 		return &o
 	}
-	h.waits().Forget(h.claim.UID)
+	h.waits().Forget(client.ObjectKeyFromObject(h.claim))
 	return nil
 }
 
@@ -201,13 +201,30 @@ func (h *Handler) awaitProtection(ctx context.Context, sec *registrar.Secret) *o
 
 // await makes the claim one that the Secret protector wakes when it has protected the
 // Secret key, and asks it to look; o comes back at once if that happened since the
-// Secret was read.
+// Secret was read. A wait is no condition (the protector protects a Secret within
+// moments, and a burst under a new Secret writes nothing more) until the claim has
+// waited quietWaits times: then it is Ready=False SecretNotProtected, with the
+// protector's last error.
 func (h *Handler) await(sec *registrar.Secret, o outcome) outcome {
-	if h.Secrets.Protected.Await(sec.Ref, client.ObjectKeyFromObject(h.claim)) {
+	key := client.ObjectKeyFromObject(h.claim)
+	if h.Secrets.Protected.Await(sec.Ref, key) {
 		return o.wakeAt(h.InFlight.Now())
+	}
+	if h.waits().NumRequeues(key) >= quietWaits {
+		why := "the Secret protector has not done so yet; its log says why"
+		if err := h.Secrets.Protected.Failure(sec.Ref.ObjectKey()); err != nil {
+			why = "the Secret protector failed: " + err.Error()
+		}
+		w := failed(ipamv1alpha1.ClaimReadySecretNotProtectedReason, o.err.Error()+"; "+why)
+		o.ready, o.reason, o.message, o.action = w.ready, w.reason, w.message, w.action
 	}
 	return o
 }
+
+// quietWaits is how many times a claim waits for its Secret's protection before it
+// says so in its Ready condition: the back-off makes that about 8 s (0.25 + 0.5 + 1 +
+// 2 + 4) when nothing wakes it.
+const quietWaits = 5
 
 // namedByAnother reports whether the record of another claim in the cache names the
 // Secret key (the first few claims that name the Secret are looked at; a lookup that

@@ -1,11 +1,20 @@
 package claim_test
 
 import (
+	"context"
+	"errors"
 	"slices"
+	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
@@ -85,5 +94,106 @@ func TestClaimsWaitForANewSecretWithoutWriting(t *testing.T) {
 	if n := w.api.Stats().Total(sim.RouteRegister); n != 2 {
 		t.Errorf("%d registration requests for two claims, want 2", n)
 	}
+	w.check()
+}
+
+// A claim whose Secret the protector cannot protect (here a policy refuses the
+// finalizer) waits quietly a few times, as in any burst under a new Secret, then says
+// why in its Ready condition and one event: the Secret, and the protector's error. It
+// still holds nothing and has sent nothing, writes nothing more while the reason stays,
+// and binds once the protector gets through.
+func TestAClaimSaysWhyItWaitsForItsSecret(t *testing.T) {
+	w := newWorld(t)
+	pools(w)
+	denied := true
+	w.protector.Client = interceptor.NewClient(w.c.(client.WithWatch), interceptor.Funcs{
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
+			if _, ok := obj.(*corev1.Secret); ok && denied {
+				return apierrors.NewForbidden(schema.GroupResource{Resource: "secrets"}, obj.GetName(), errors.New("a policy forbids finalizers on Secrets"))
+			}
+			return c.Patch(ctx, obj, p, opts...)
+		},
+	})
+	wake := make(chan event.GenericEvent, 8)
+	w.protector.Wake = wake
+	names := []string{"a", "b"} // a writes its pending record, b waits without one
+	for _, n := range names {
+		w.create(claimObj(n, "routed", nil))
+	}
+	reconcile := func(name string) {
+		t.Helper()
+		if res, err := w.claims.Reconcile(w.ctx, ctrl.Request{NamespacedName: client.ObjectKey{Namespace: "apps", Name: name}}); err != nil || res.RequeueAfter <= 0 {
+			t.Fatalf("claim %s whose Secret is not protected was not told to wait: %+v, %v", name, res, err)
+		}
+	}
+	claimNamed := func(name string) *ipamv1.IPAddressClaim {
+		return w.get(claimObj(name, "", nil)).(*ipamv1.IPAddressClaim)
+	}
+	protect := func() error {
+		_, err := w.protector.Reconcile(w.ctx, ctrl.Request{NamespacedName: w.cfg.DefaultSecret})
+		return err
+	}
+
+	for range 5 {
+		for _, n := range names {
+			reconcile(n)
+			if c := readyOf(claimNamed(n)); c != nil {
+				t.Fatalf("claim %s has a Ready condition after a short wait: %+v", n, c)
+			}
+		}
+		if protect() == nil {
+			t.Fatal("the protector protected a Secret the policy keeps it from")
+		}
+	}
+	w.drainEvents()
+	for _, n := range names {
+		reconcile(n)
+		c := readyOf(claimNamed(n))
+		if c == nil || c.Status != metav1.ConditionFalse || c.Reason != ipamv1alpha1.ClaimReadySecretNotProtectedReason ||
+			!strings.Contains(c.Message, "provider/default") || !strings.Contains(c.Message, "a policy forbids finalizers on Secrets") {
+			t.Fatalf("claim %s, waiting long for its Secret: Ready %+v, want False %s naming the Secret and the protector's error",
+				n, c, ipamv1alpha1.ClaimReadySecretNotProtectedReason)
+		}
+	}
+	if b := claimNamed("b"); len(b.Finalizers) != 0 || len(b.Annotations) != 0 {
+		t.Fatalf("the claim waiting without a record changed: finalizers %v, annotations %v", b.Finalizers, b.Annotations)
+	}
+	evs := w.drainEvents()
+	if len(evs) != 2 || !strings.HasPrefix(evs[0], "Warning "+ipamv1alpha1.ClaimReadySecretNotProtectedReason) {
+		t.Fatalf("events %q, want one Warning %s per claim", evs, ipamv1alpha1.ClaimReadySecretNotProtectedReason)
+	}
+	sec := &corev1.Secret{}
+	must(t, w.direct.Get(w.ctx, w.cfg.DefaultSecret, sec))
+	for _, n := range names {
+		if c := readyOf(claimNamed(n)); strings.Contains(c.Message, string(sec.Data["secret"])) {
+			t.Fatalf("claim %s's condition has the Secret's value: %q", n, c.Message)
+		}
+	}
+	if strings.Contains(strings.Join(evs, "\n"), string(sec.Data["secret"])) {
+		t.Fatalf("an event has the Secret's value: %q", evs)
+	}
+
+	before := w.writes
+	for _, n := range names {
+		reconcile(n)
+	}
+	if n := w.writes - before; n != 0 || len(w.drainEvents()) != 0 {
+		t.Fatalf("waiting on for the same reason wrote %d times, or recorded events", n)
+	}
+
+	denied = false
+	must(t, protect())
+	if len(wake) != 2 {
+		t.Fatalf("protecting the Secret woke %d claims, want 2", len(wake))
+	}
+	for _, n := range names {
+		if _, err := w.claims.Reconcile(w.ctx, ctrl.Request{NamespacedName: client.ObjectKey{Namespace: "apps", Name: n}}); err != nil {
+			t.Fatal(err)
+		}
+		if c := readyOf(claimNamed(n)); w.addressOf(n) == nil || c == nil || c.Status != metav1.ConditionTrue {
+			t.Fatalf("claim %s is not bound once its Secret is protected: Ready %+v\n%s", n, c, w.describe())
+		}
+	}
+	w.settle()
 	w.check()
 }

@@ -64,6 +64,9 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, reterr error) {
 	claim := &ipamv1.IPAddressClaim{}
 	if err := r.Client.Get(ctx, req.NamespacedName, claim); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.Adapter.waits().Forget(req.NamespacedName) // gone while it waited
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if paused, err := r.clusterPaused(ctx, claim); err != nil || paused {
@@ -137,7 +140,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	var w waitError
 	if errors.As(err, &w) {
 		ctrl.LoggerFrom(ctx).V(1).Info("Waiting", "reason", w.Error())
-		return ctrl.Result{RequeueAfter: r.Adapter.waits().When(claim.UID)}, nil
+		return ctrl.Result{RequeueAfter: r.Adapter.waits().When(req.NamespacedName)}, nil
 	}
 	if res != nil || err != nil {
 		return unwrap(res), errors.Wrap(err, "failed to create or patch address")

@@ -136,7 +136,7 @@ func (w *world) start() {
 	w.claims = &claim.Reconciler{Client: w.c, Adapter: &claim.Adapter{Registrar: reg, Recorder: w.events}}
 	w.seen = nil
 	w.observe()
-	w.protector = &secret.Protector{Client: w.c, Reader: w.c, Protected: &reg.Secrets.Protected}
+	w.protector = &secret.Protector{Client: w.c, Reader: w.c, Secrets: reg.Secrets}
 	w.dead = false
 }
 

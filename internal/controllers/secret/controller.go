@@ -42,12 +42,13 @@ type Protector struct {
 	// Reader reads Secrets, and the records once more before a finalizer is removed,
 	// straight from the API server.
 	Reader client.Reader
-	// Protected is told what the protector has made sure of (the claims' Secret reads
-	// share it); nil: every record that names a Secret enqueues it.
-	Protected *registrar.Protected
+	// Secrets are the claims' Secret reads: their Protected is told what the protector
+	// has made sure of, and the Secrets it protects serve the claims it wakes without
+	// another read; nil: every record that names a Secret enqueues it.
+	Secrets *registrar.Secrets
 	// Wake takes the claims that waited for a Secret key the protector has protected
-	// (Protected hands them out) to the claim controller; nil: they come back with
-	// their back-off.
+	// (Secrets.Protected hands them out) to the claim controller; nil: they come back
+	// with their back-off.
 	Wake chan<- event.GenericEvent
 	// Asks brings the Secrets that waiting claims ask the protector to look at
 	// (registrar.Protected's Ask); nil: none.
@@ -77,7 +78,7 @@ const removalDelay = time.Second
 func (p *Protector) recordsChanged() handler.TypedEventHandler[client.Object, reconcile.Request] {
 	named := func(q workqueue.TypedRateLimitingInterface[reconcile.Request], refs []record.ObjectRef) {
 		for _, ref := range refs {
-			if p.Protected == nil || !p.Protected.Has(ref) {
+			if p.Secrets == nil || !p.Secrets.Protected.Has(ref) {
 				q.Add(reconcile.Request{NamespacedName: ref.ObjectKey()})
 			}
 		}
@@ -131,6 +132,15 @@ func secretsOf(o client.Object) []record.ObjectRef {
 
 // Reconcile protects a Secret while any record names it, and lets it go when none does.
 func (p *Protector) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	res, err := p.protect(ctx, req)
+	if p.Secrets != nil {
+		// The claims that wait for the Secret say why, should this keep failing.
+		p.Secrets.Protected.Tried(req.NamespacedName, err)
+	}
+	return res, err
+}
+
+func (p *Protector) protect(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	keys, err := p.referencedKeys(ctx, req.NamespacedName, p.Client, true)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -179,15 +189,17 @@ func (p *Protector) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 			return res, client.IgnoreNotFound(errors.Wrapf(err, "protecting Secret %s", req.NamespacedName))
 		}
 	}
-	if p.Protected != nil {
+	if p.Secrets != nil {
 		var ready []string // keys whose fingerprint matches the value (a changed value is not ready)
 		for _, k := range keys {
 			if v, ok := sec.Data[k]; ok && want[k] == record.Fingerprint(v) && sec.DeletionTimestamp.IsZero() {
 				ready = append(ready, k)
 			}
 		}
-		// The claims that waited for these keys go on now.
-		if woken := p.Protected.Set(req.NamespacedName, ready); len(woken) > 0 && p.Wake != nil {
+		// The claims that waited for these keys go on now, with what the API server
+		// answered about the Secret.
+		p.Secrets.Remember(sec, ready)
+		if woken := p.Secrets.Protected.Set(req.NamespacedName, ready); len(woken) > 0 && p.Wake != nil {
 			if err := registrar.WakeKeys(ctx, p.Wake, woken); err != nil {
 				return res, err
 			}
