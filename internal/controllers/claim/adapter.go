@@ -61,8 +61,9 @@ type Adapter struct {
 	timers   map[types.UID]wake
 
 	// waitBackoff times the re-queues of claims that wait (see waiting): they return
-	// no error, so the controller's own back-off does not grow for them. By name, so
-	// that the reconcile that finds a claim gone forgets it.
+	// no error, so the controller's own back-off does not grow for them. It counts the
+	// waits in a row of a claim, by name: every reconcile that does not wait (also the
+	// one that finds the claim gone) forgets it.
 	waitBackoff     workqueue.TypedRateLimiter[types.NamespacedName]
 	waitBackoffOnce sync.Once
 }

@@ -6,10 +6,13 @@ import (
 	"net/netip"
 	"slices"
 	"time"
+	"unicode/utf8"
 
 	"github.com/pkg/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
+	"sigs.k8s.io/cluster-api/util/conditions"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -175,7 +178,6 @@ func (h *Handler) writePending(ctx context.Context, reg *record.Registration, se
 			sec.Ref.Namespace, sec.Ref.Name, ipamv1alpha1.SecretInUseFinalizer))
 		return &o
 	}
-	h.waits().Forget(client.ObjectKeyFromObject(h.claim))
 	return nil
 }
 
@@ -203,22 +205,44 @@ func (h *Handler) awaitProtection(ctx context.Context, sec *registrar.Secret) *o
 // Secret key, and asks it to look; o comes back at once if that happened since the
 // Secret was read. A wait is no condition (the protector protects a Secret within
 // moments, and a burst under a new Secret writes nothing more) until the claim has
-// waited quietWaits times: then it is Ready=False SecretNotProtected, with the
-// protector's last error.
+// waited quietWaits times in a row: then it is Ready=False SecretNotProtected, with the
+// protector's last error at that moment. The condition then stays as it is while the
+// claim waits (one status patch and one event, not one per change of the error).
 func (h *Handler) await(sec *registrar.Secret, o outcome) outcome {
 	key := client.ObjectKeyFromObject(h.claim)
 	if h.Secrets.Protected.Await(sec.Ref, key) {
 		return o.wakeAt(h.InFlight.Now())
 	}
-	if h.waits().NumRequeues(key) >= quietWaits {
-		why := "the Secret protector has not done so yet; its log says why"
-		if err := h.Secrets.Protected.Failure(sec.Ref.ObjectKey()); err != nil {
-			why = "the Secret protector failed: " + err.Error()
-		}
-		w := failed(ipamv1alpha1.ClaimReadySecretNotProtectedReason, o.err.Error()+"; "+why)
-		o.ready, o.reason, o.message, o.action = w.ready, w.reason, w.message, w.action
+	if h.waits().NumRequeues(key) < quietWaits {
+		return o
 	}
+	msg := o.err.Error() + "; the Secret protector has not done so yet, its log says why"
+	if err := h.Secrets.Protected.Failure(sec.Ref.ObjectKey()); err != nil {
+		msg = o.err.Error() + "; the Secret protector failed: " + truncate(err.Error(), maxErrorInMessage)
+	}
+	if c := conditions.Get(h.claim, ipamv1.IPAddressClaimReadyCondition); c != nil &&
+		c.Status == metav1.ConditionFalse && c.Reason == ipamv1alpha1.ClaimReadySecretNotProtectedReason {
+		msg = c.Message
+	}
+	w := failed(ipamv1alpha1.ClaimReadySecretNotProtectedReason, msg)
+	o.ready, o.reason, o.message, o.action = w.ready, w.reason, w.message, w.action
 	return o
+}
+
+// maxErrorInMessage bounds the part of a condition's message that another component
+// wrote (an admission webhook's refusal, say): a condition's message may have 32,768
+// characters at most.
+const maxErrorInMessage = 1024
+
+// truncate cuts s to at most n bytes, on a rune boundary, marking the cut.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }
 
 // quietWaits is how many times a claim waits for its Secret's protection before it

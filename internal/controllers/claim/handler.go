@@ -50,7 +50,6 @@ func (h *Handler) forgetSends() {
 func (h *Handler) forget() {
 	h.forgetSends()
 	h.refusals.forget(h.claim.UID)
-	h.waits().Forget(client.ObjectKeyFromObject(h.claim))
 }
 
 // writeRecord saves the claim's record (nil: removes it) and the annotations in set

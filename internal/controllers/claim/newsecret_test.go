@@ -100,16 +100,17 @@ func TestClaimsWaitForANewSecretWithoutWriting(t *testing.T) {
 // A claim whose Secret the protector cannot protect (here a policy refuses the
 // finalizer) waits quietly a few times, as in any burst under a new Secret, then says
 // why in its Ready condition and one event: the Secret, and the protector's error. It
-// still holds nothing and has sent nothing, writes nothing more while the reason stays,
-// and binds once the protector gets through.
+// still holds nothing and has sent nothing, writes nothing more while it waits (also
+// when the protector's error changes), and binds once the protector gets through.
 func TestAClaimSaysWhyItWaitsForItsSecret(t *testing.T) {
 	w := newWorld(t)
 	pools(w)
-	denied := true
+	// A webhook's refusal may be long: the condition keeps the first KiB of it.
+	denied, refusal := true, "a policy forbids finalizers on Secrets"+strings.Repeat(", and says why at length", 1000)
 	w.protector.Client = interceptor.NewClient(w.c.(client.WithWatch), interceptor.Funcs{
 		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
 			if _, ok := obj.(*corev1.Secret); ok && denied {
-				return apierrors.NewForbidden(schema.GroupResource{Resource: "secrets"}, obj.GetName(), errors.New("a policy forbids finalizers on Secrets"))
+				return apierrors.NewForbidden(schema.GroupResource{Resource: "secrets"}, obj.GetName(), errors.New(refusal))
 			}
 			return c.Patch(ctx, obj, p, opts...)
 		},
@@ -154,6 +155,9 @@ func TestAClaimSaysWhyItWaitsForItsSecret(t *testing.T) {
 			t.Fatalf("claim %s, waiting long for its Secret: Ready %+v, want False %s naming the Secret and the protector's error",
 				n, c, ipamv1alpha1.ClaimReadySecretNotProtectedReason)
 		}
+		if len(c.Message) > 2048 || !strings.HasSuffix(c.Message, "…") {
+			t.Fatalf("claim %s's message has %d bytes and does not end with the cut (…): the webhook's whole refusal", n, len(c.Message))
+		}
 	}
 	if b := claimNamed("b"); len(b.Finalizers) != 0 || len(b.Annotations) != 0 {
 		t.Fatalf("the claim waiting without a record changed: finalizers %v, annotations %v", b.Finalizers, b.Annotations)
@@ -174,11 +178,17 @@ func TestAClaimSaysWhyItWaitsForItsSecret(t *testing.T) {
 	}
 
 	before := w.writes
-	for _, n := range names {
-		reconcile(n)
+	refusal = "the policy webhook timed out"
+	for range 2 {
+		if protect() == nil {
+			t.Fatal("the protector protected a Secret the policy keeps it from")
+		}
+		for _, n := range names {
+			reconcile(n)
+		}
 	}
 	if n := w.writes - before; n != 0 || len(w.drainEvents()) != 0 {
-		t.Fatalf("waiting on for the same reason wrote %d times, or recorded events", n)
+		t.Fatalf("waiting on (the protector's error changed) wrote %d times, or recorded events", n)
 	}
 
 	denied = false

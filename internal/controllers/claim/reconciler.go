@@ -62,11 +62,16 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 
 // Reconcile binds or releases one claim.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, reterr error) {
+	// The waiting back-off counts the waits in a row: any other end of a reconcile
+	// (the claim went on, failed, or is gone) starts it again.
+	waited := false
+	defer func() {
+		if !waited {
+			r.Adapter.waits().Forget(req.NamespacedName)
+		}
+	}()
 	claim := &ipamv1.IPAddressClaim{}
 	if err := r.Client.Get(ctx, req.NamespacedName, claim); err != nil {
-		if apierrors.IsNotFound(err) {
-			r.Adapter.waits().Forget(req.NamespacedName) // gone while it waited
-		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if paused, err := r.clusterPaused(ctx, claim); err != nil || paused {
@@ -140,6 +145,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	var w waitError
 	if errors.As(err, &w) {
 		ctrl.LoggerFrom(ctx).V(1).Info("Waiting", "reason", w.Error())
+		waited = true
 		return ctrl.Result{RequeueAfter: r.Adapter.waits().When(req.NamespacedName)}, nil
 	}
 	if res != nil || err != nil {

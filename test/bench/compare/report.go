@@ -103,7 +103,7 @@ func markdown(o *options, results []*result, took time.Duration, loadBefore stri
 	p("%s, %d CPUs, %s/%s, Kubernetes %s, %d repetition(s), %d workers, quiet window %s; took %s. Load average before: %s, after: %s.\n\n",
 		time.Now().Format("2006-01-02 15:04"), runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, filepath.Base(o.assets),
 		o.reps, o.workers, o.quiet, took.Round(time.Second), loadBefore, loadAverage())
-	p("Every run on a fresh control plane. Medians over the repetitions; created/s is what the creating goroutines managed (N over first create to last create), an upper bound of claims/s (N over first create to last bound); × in-cluster is the median of the per-repetition ratios to the in-cluster provider with the same N, with their range in brackets (claims/s: higher is better; p99: lower is better). ")
+	p("Every run on a fresh control plane. Medians over the repetitions; created/s is what the creating goroutines managed (N over first create to last create), an upper bound of claims/s (N over first create to last bound); × in-cluster is the median of the per-repetition ratios to the in-cluster provider with the same N, with their range in parentheses (claims/s: higher is better; p99: lower is better). ")
 	p("Writes and Secret GETs are the provider's requests to the API server during the burst, per bound claim; IPAM-API calls are requests to the stand-in per claim. ")
 	p("Peak RSS is VmHWM at the end of the burst, CPU the provider's user+system time during it. Quiet: writes and IPAM-API calls in the idle window after the burst. Lease writes (kube-apiserver's own) are left out.\n\n")
 
