@@ -398,7 +398,8 @@ func (s *Secrets) createDefault(ctx context.Context) (*corev1.Secret, error) {
 			Hint: "its Namespace " + s.Default.Namespace + " does not exist, so the provider cannot create it; create the Namespace " +
 				"(the provider's manifests ship it), or point --default-secret-namespace at an existing one"}
 	}
-	return nil, errors.Wrapf(err, "creating default Secret %s", s.Default)
+	// A webhook's refusal may quote the new Secret, value and all.
+	return nil, RedactSecret(errors.Wrapf(err, "creating default Secret %s", s.Default), sec)
 }
 
 // CABundle returns the PEM bundle ref points at, nil when ref is empty.

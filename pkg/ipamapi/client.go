@@ -215,19 +215,10 @@ func transportMessage(err error, timeout time.Duration) string {
 	return err.Error()
 }
 
-// scrubBody removes the secrets of req from a raw answer, also in their JSON-escaped
-// form, before any of it is shortened into a message.
+// scrubBody removes the secrets of req from a raw answer (see Redact), before any of
+// it is shortened into a message.
 func scrubBody(raw []byte, req Request) []byte {
-	s := string(raw)
-	for _, sec := range []Secret{req.Secret, req.NewSecret} {
-		if v := sec.Value(); v != "" {
-			s = strings.ReplaceAll(s, v, redacted)
-			if esc, err := json.Marshal(v); err == nil {
-				s = strings.ReplaceAll(s, strings.Trim(string(esc), `"`), redacted)
-			}
-		}
-	}
-	return []byte(s)
+	return []byte(Redact(string(raw), req.Secret.Value(), req.NewSecret.Value()))
 }
 
 // scrub removes the secrets of req from an error's text, whatever produced it.
@@ -236,11 +227,7 @@ func scrub(err error, req Request) error {
 	if !errors.As(err, &e) {
 		return err
 	}
-	for _, s := range []Secret{req.Secret, req.NewSecret} {
-		if v := s.Value(); v != "" {
-			e.Message = strings.ReplaceAll(e.Message, v, redacted)
-		}
-	}
+	e.Message = Redact(e.Message, req.Secret.Value(), req.NewSecret.Value())
 	return e
 }
 

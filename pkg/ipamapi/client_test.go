@@ -2,6 +2,7 @@ package ipamapi_test
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
@@ -299,6 +300,16 @@ func TestSecretNeverPrints(t *testing.T) {
 		g.Expect(s).NotTo(ContainSubstring("new-secret-value-99"))
 	}
 	g.Expect(r.Secret.String()).To(Equal("[redacted]"))
+}
+
+// Redact cuts values out of a text in every form an echoed request or object shows them:
+// as they are, JSON-escaped and base64-encoded; a longer value first, so that a short
+// one inside it (in a digest, say) leaves nothing of it behind.
+func TestRedact(t *testing.T) {
+	quoted, digest := `pa"ss\word`, "sha256:0a1b2c3d"
+	text := fmt.Sprintf(`raw %s; json {"v":%q}; data %s; digest %s`, quoted, quoted, base64.StdEncoding.EncodeToString([]byte(quoted)), digest)
+	got := ipamapi.Redact(text, "1b2c", quoted, "", digest)
+	NewWithT(t).Expect(got).To(Equal(`raw [redacted]; json {"v":"[redacted]"}; data [redacted]; digest [redacted]`))
 }
 
 // fixedAnswer serves one status, content type and body to every request.

@@ -2,7 +2,10 @@ package claim_test
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -18,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/record"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi/sim"
 )
 
@@ -105,12 +109,19 @@ func TestClaimsWaitForANewSecretWithoutWriting(t *testing.T) {
 func TestAClaimSaysWhyItWaitsForItsSecret(t *testing.T) {
 	w := newWorld(t)
 	pools(w)
-	// A webhook's refusal may be long: the condition keeps the first KiB of it.
-	denied, refusal := true, "a policy forbids finalizers on Secrets"+strings.Repeat(", and says why at length", 1000)
+	// A webhook's refusal may quote the object it was sent (value, fingerprint and all)
+	// and be long: the condition keeps the first KiB of it, with the Secret cut out.
+	denied := true
+	refusal := func(sec *corev1.Secret) string {
+		body, err := json.Marshal(sec)
+		must(t, err)
+		return fmt.Sprintf("a policy forbids finalizers on Secrets (value %s, fingerprints %s): %s", sec.Data["secret"],
+			sec.Annotations[ipamv1alpha1.SecretFingerprintsAnnotation], body) + strings.Repeat(", and says why at length", 1000)
+	}
 	w.protector.Client = interceptor.NewClient(w.c.(client.WithWatch), interceptor.Funcs{
 		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
-			if _, ok := obj.(*corev1.Secret); ok && denied {
-				return apierrors.NewForbidden(schema.GroupResource{Resource: "secrets"}, obj.GetName(), errors.New(refusal))
+			if sec, ok := obj.(*corev1.Secret); ok && denied {
+				return apierrors.NewForbidden(schema.GroupResource{Resource: "secrets"}, obj.GetName(), errors.New(refusal(sec)))
 			}
 			return c.Patch(ctx, obj, p, opts...)
 		},
@@ -130,8 +141,25 @@ func TestAClaimSaysWhyItWaitsForItsSecret(t *testing.T) {
 	claimNamed := func(name string) *ipamv1.IPAddressClaim {
 		return w.get(claimObj(name, "", nil)).(*ipamv1.IPAddressClaim)
 	}
+	// leaks names the forms of the (default) Secret's value that text shows.
+	leaks := func(text string) []string {
+		sec := &corev1.Secret{}
+		must(t, w.direct.Get(w.ctx, w.cfg.DefaultSecret, sec))
+		value := sec.Data["secret"]
+		var out []string
+		for form, v := range map[string]string{"value": string(value), "base64": base64.StdEncoding.EncodeToString(value),
+			"fingerprint": record.Fingerprint(value)} {
+			if strings.Contains(text, v) {
+				out = append(out, form)
+			}
+		}
+		return out
+	}
 	protect := func() error {
 		_, err := w.protector.Reconcile(w.ctx, ctrl.Request{NamespacedName: w.cfg.DefaultSecret})
+		if err != nil && len(leaks(err.Error())) > 0 {
+			t.Fatalf("the protector's error (logged, and shown by waiting claims) has the Secret's %v: %.600s…", leaks(err.Error()), err)
+		}
 		return err
 	}
 
@@ -151,7 +179,7 @@ func TestAClaimSaysWhyItWaitsForItsSecret(t *testing.T) {
 		reconcile(n)
 		c := readyOf(claimNamed(n))
 		if c == nil || c.Status != metav1.ConditionFalse || c.Reason != ipamv1alpha1.ClaimReadySecretNotProtectedReason ||
-			!strings.Contains(c.Message, "provider/default") || !strings.Contains(c.Message, "a policy forbids finalizers on Secrets") {
+			!strings.Contains(c.Message, "provider/default") || !strings.Contains(c.Message, "a policy forbids finalizers on Secrets (value [redacted], fingerprints") {
 			t.Fatalf("claim %s, waiting long for its Secret: Ready %+v, want False %s naming the Secret and the protector's error",
 				n, c, ipamv1alpha1.ClaimReadySecretNotProtectedReason)
 		}
@@ -166,19 +194,17 @@ func TestAClaimSaysWhyItWaitsForItsSecret(t *testing.T) {
 	if len(evs) != 2 || !strings.HasPrefix(evs[0], "Warning "+ipamv1alpha1.ClaimReadySecretNotProtectedReason) {
 		t.Fatalf("events %q, want one Warning %s per claim", evs, ipamv1alpha1.ClaimReadySecretNotProtectedReason)
 	}
-	sec := &corev1.Secret{}
-	must(t, w.direct.Get(w.ctx, w.cfg.DefaultSecret, sec))
 	for _, n := range names {
-		if c := readyOf(claimNamed(n)); strings.Contains(c.Message, string(sec.Data["secret"])) {
-			t.Fatalf("claim %s's condition has the Secret's value: %q", n, c.Message)
+		if c := readyOf(claimNamed(n)); len(leaks(c.Message)) > 0 {
+			t.Fatalf("claim %s's condition has the Secret's %v: %q", n, leaks(c.Message), c.Message)
 		}
 	}
-	if strings.Contains(strings.Join(evs, "\n"), string(sec.Data["secret"])) {
-		t.Fatalf("an event has the Secret's value: %q", evs)
+	if l := leaks(strings.Join(evs, "\n")); len(l) > 0 {
+		t.Fatalf("an event has the Secret's %v: %q", l, evs)
 	}
 
 	before := w.writes
-	refusal = "the policy webhook timed out"
+	refusal = func(*corev1.Secret) string { return "the policy webhook timed out" }
 	for range 2 {
 		if protect() == nil {
 			t.Fatal("the protector protected a Secret the policy keeps it from")

@@ -186,7 +186,10 @@ func (p *Protector) protect(ctx context.Context, req ctrl.Request) (ctrl.Result,
 			return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil
 		}
 		if err != nil {
-			return res, client.IgnoreNotFound(errors.Wrapf(err, "protecting Secret %s", req.NamespacedName))
+			// A webhook's refusal may quote the Secret, new and old: its values and
+			// fingerprints are cut out, as this error reaches the log and the waiting
+			// claims' conditions.
+			return res, registrar.RedactSecret(client.IgnoreNotFound(errors.Wrapf(err, "protecting Secret %s", req.NamespacedName)), sec, before)
 		}
 	}
 	if p.Secrets != nil {
