@@ -1,23 +1,27 @@
 package registrar
 
 import (
+	"encoding/json"
+
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/record"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi"
 )
 
-// RedactSecret cuts the values of secs (a Secret as written, and as it was), and their
-// fingerprints, out of the text of an error about writing it: an admission webhook that
-// refuses a write may quote the objects it was sent, data and annotations, and the error
-// goes on to logs, and to the conditions and events of claims whose readers may not read
-// Secrets. An error with nothing to cut is returned as it is (its type intact).
+// RedactSecret cuts the values of secs (a Secret as written, as it was, as it is now),
+// and their fingerprints, out of the text of an error about writing it: an admission
+// webhook that refuses a write may quote the objects it was sent, data and annotations,
+// and the error goes on to logs, and to the conditions and events of claims and pools
+// whose readers may not read Secrets. The values kubectl's last-applied-configuration
+// annotation holds (earlier ones, perhaps) are cut too. See ipamapi.Redact for the forms
+// cut. An error with nothing to cut is returned as it is (its type intact).
 func RedactSecret(err error, secs ...*corev1.Secret) error {
 	if err == nil {
 		return nil
 	}
 	var values []string
-	for _, sec := range secs {
+	add := func(sec *corev1.Secret) {
 		for _, v := range sec.Data {
 			values = append(values, string(v), record.Fingerprint(v))
 		}
@@ -26,6 +30,16 @@ func RedactSecret(err error, secs ...*corev1.Secret) error {
 		}
 		for _, fp := range record.Fingerprints(sec.Annotations) {
 			values = append(values, fp)
+		}
+	}
+	for _, sec := range secs {
+		if sec == nil {
+			continue
+		}
+		add(sec)
+		applied := &corev1.Secret{}
+		if json.Unmarshal([]byte(sec.Annotations[corev1.LastAppliedConfigAnnotation]), applied) == nil {
+			add(applied)
 		}
 	}
 	msg := err.Error()

@@ -1,14 +1,17 @@
 package ipamapi_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -302,14 +305,44 @@ func TestSecretNeverPrints(t *testing.T) {
 	g.Expect(r.Secret.String()).To(Equal("[redacted]"))
 }
 
-// Redact cuts values out of a text in every form an echoed request or object shows them:
-// as they are, JSON-escaped and base64-encoded; a longer value first, so that a short
-// one inside it (in a digest, say) leaves nothing of it behind.
+// Redact cuts a value out of a text in every form an echoed request or object shows it:
+// as it is; in JSON as Go writes it, without HTML escaping, ASCII only (as Python
+// writes it), and inside a JSON string (as kubectl's last-applied-configuration is
+// quoted); base64 in both alphabets, padded or not; hexadecimal; a byte slice as Go
+// prints it (a corev1.Secret's %v). A longer value goes first, so that a short one
+// inside it (in a digest, say) leaves nothing of it behind; an empty value cuts nothing.
 func TestRedact(t *testing.T) {
-	quoted, digest := `pa"ss\word`, "sha256:0a1b2c3d"
-	text := fmt.Sprintf(`raw %s; json {"v":%q}; data %s; digest %s`, quoted, quoted, base64.StdEncoding.EncodeToString([]byte(quoted)), digest)
-	got := ipamapi.Redact(text, "1b2c", quoted, "", digest)
-	NewWithT(t).Expect(got).To(Equal(`raw [redacted]; json {"v":"[redacted]"}; data [redacted]; digest [redacted]`))
+	value := `pa"ss\<wörd>😀` // 17 bytes: base64 ends in one "="
+	b := []byte(value)
+	marshal := func(v any, escapeHTML bool) string {
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(escapeHTML)
+		if err := enc.Encode(v); err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(buf.String())
+	}
+	for _, tc := range []struct{ what, echo, want string }{
+		{"as it is", value, "[redacted]"},
+		{"in Go's JSON", marshal(map[string]string{"v": value}, true), `{"v":"[redacted]"}`},
+		{"in JSON without HTML escaping", marshal(map[string]string{"v": value}, false), `{"v":"[redacted]"}`},
+		{"in ASCII-only JSON", `{"v": "pa\"ss\\<w\u00f6rd>\ud83d\ude00"}`, `{"v": "[redacted]"}`},
+		{"in JSON inside a JSON string", marshal(map[string]string{"a": marshal(map[string]string{"v": value}, true)}, true), `{"a":"{\"v\":\"[redacted]\"}"}`},
+		{"in base64", base64.StdEncoding.EncodeToString(b), "[redacted]="},
+		{"in URL-safe base64", base64.URLEncoding.EncodeToString(b), "[redacted]="},
+		{"in unpadded base64", base64.RawStdEncoding.EncodeToString(b), "[redacted]"},
+		{"in hexadecimal", hex.EncodeToString(b), "[redacted]"},
+		{"as Go prints bytes", fmt.Sprint(b), "[redacted]"}, //nolint:staticcheck // the list of decimal bytes is the echo wanted
+	} {
+		if got := ipamapi.Redact("refused: "+tc.echo+" (end)", "", value); got != "refused: "+tc.want+" (end)" {
+			t.Errorf("the value %s: got %s", tc.what, got)
+		}
+	}
+	digest := "sha256:0a1b2c3d"
+	if got := ipamapi.Redact("digest "+digest, "1b2c", digest); got != "digest [redacted]" {
+		t.Errorf("a short value inside a digest: got %s", got)
+	}
 }
 
 // fixedAnswer serves one status, content type and body to every request.

@@ -233,3 +233,44 @@ func TestAClaimSaysWhyItWaitsForItsSecret(t *testing.T) {
 	w.settle()
 	w.check()
 }
+
+// A refusing webhook may quote the Secret as it is stored when the protector's patch
+// reaches it (admission comes before the optimistic lock's check). Here someone changed
+// the value between the protector's read and its patch, and kubectl's
+// last-applied-configuration holds an older value still: the protector's error, which
+// is logged and shown by waiting claims, has neither.
+func TestAProtectorRefusalQuotingTheSecretLeaksNoValue(t *testing.T) {
+	w := newWorld(t)
+	pools(w)
+	w.create(claimObj("a", "routed", nil))
+	if _, err := w.claims.Reconcile(w.ctx, ctrl.Request{NamespacedName: client.ObjectKey{Namespace: "apps", Name: "a"}}); err != nil {
+		t.Fatal(err)
+	}
+	now, applied := "changed-in-between-42", "applied-long-ago-17"
+	w.protector.Client = interceptor.NewClient(w.c.(client.WithWatch), interceptor.Funcs{
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
+			if _, ok := obj.(*corev1.Secret); !ok {
+				return c.Patch(ctx, obj, p, opts...)
+			}
+			stored := &corev1.Secret{}
+			must(t, w.direct.Get(ctx, client.ObjectKeyFromObject(obj), stored))
+			last, err := json.Marshal(&corev1.Secret{StringData: map[string]string{"secret": applied}})
+			must(t, err)
+			stored.Data["secret"] = []byte(now)
+			stored.Annotations[corev1.LastAppliedConfigAnnotation] = string(last)
+			must(t, w.direct.Update(ctx, stored))
+			body, err := json.Marshal(stored)
+			must(t, err)
+			return apierrors.NewForbidden(schema.GroupResource{Resource: "secrets"}, obj.GetName(), fmt.Errorf("a policy forbids this: %s", body))
+		},
+	})
+	_, err := w.protector.Reconcile(w.ctx, ctrl.Request{NamespacedName: w.cfg.DefaultSecret})
+	if err == nil || !strings.Contains(err.Error(), "a policy forbids this") || !strings.Contains(err.Error(), "[redacted]") {
+		t.Fatalf("the protector's error does not say what the webhook refused, value cut out: %v", err)
+	}
+	for what, v := range map[string]string{"the value now": now, "the value last applied": applied} {
+		if strings.Contains(err.Error(), v) || strings.Contains(err.Error(), base64.StdEncoding.EncodeToString([]byte(v))) {
+			t.Errorf("the protector's error has %s: %v", what, err)
+		}
+	}
+}
