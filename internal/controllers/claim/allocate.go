@@ -216,13 +216,13 @@ func (h *Handler) await(sec *registrar.Secret, o outcome) outcome {
 	if h.waits().NumRequeues(key) < quietWaits {
 		return o
 	}
+	// The condition, once set, stays as it is while the claim waits.
 	msg := o.err.Error() + "; the Secret protector has not done so yet, its log says why"
-	if err := h.Secrets.Protected.Failure(sec.Ref.ObjectKey()); err != nil {
-		msg = o.err.Error() + "; the Secret protector failed: " + truncate(err.Error(), maxErrorInMessage)
-	}
 	if c := conditions.Get(h.claim, ipamv1.IPAddressClaimReadyCondition); c != nil &&
 		c.Status == metav1.ConditionFalse && c.Reason == ipamv1alpha1.ClaimReadySecretNotProtectedReason {
 		msg = c.Message
+	} else if err := h.Secrets.Protected.Failure(sec.Ref.ObjectKey()); err != nil {
+		msg = o.err.Error() + "; the Secret protector failed: " + truncate(err.Error(), maxErrorInMessage)
 	}
 	w := failed(ipamv1alpha1.ClaimReadySecretNotProtectedReason, msg)
 	o.ready, o.reason, o.message, o.action = w.ready, w.reason, w.message, w.action

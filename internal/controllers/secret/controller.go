@@ -185,17 +185,19 @@ func (p *Protector) protect(ctx context.Context, req ctrl.Request) (ctrl.Result,
 		if apierrors.IsConflict(err) {
 			return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil
 		}
+		if apierrors.IsNotFound(err) {
+			return res, nil
+		}
 		if err != nil {
 			// A webhook's refusal may quote the Secret, new and old: its values and
 			// fingerprints are cut out, as this error reaches the log and the waiting
 			// claims' conditions. Admission comes before the optimistic lock's check, so
 			// the Secret may have changed since it was read: its values now are cut too.
-			err = client.IgnoreNotFound(errors.Wrapf(err, "protecting Secret %s", req.NamespacedName))
 			now := &corev1.Secret{}
-			if err != nil && p.Reader.Get(ctx, req.NamespacedName, now) != nil {
+			if p.Reader.Get(ctx, req.NamespacedName, now) != nil {
 				now = nil
 			}
-			return res, registrar.RedactSecret(err, sec, before, now)
+			return res, registrar.RedactSecret(errors.Wrapf(err, "protecting Secret %s", req.NamespacedName), sec, before, now)
 		}
 	}
 	if p.Secrets != nil {
