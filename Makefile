@@ -189,15 +189,18 @@ fuzz: ## Fuzz every parser of outside input for FUZZTIME each (default 30s); mak
 	@hack/fuzz.sh $(FUZZTIME)
 
 CHAOS_FUZZTIME ?= 30s
+# The commit the chaos table is measured on ("-dirty" when the work tree has changes).
+CHAOS_COMMIT = $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD 2>/dev/null || echo -dirty)
 .PHONY: test-chaos
-test-chaos: test-assets e2e-assets ## Every fuzz target for CHAOS_FUZZTIME, then the chaos scenarios at full size (make test runs them short); their table goes to out/chaos/summary.md.
+test-chaos: test-assets e2e-assets ## Every fuzz target for CHAOS_FUZZTIME, then the chaos scenarios at full size (make test runs them short); their table, with the commit, goes to out/chaos/summary.md, a row for every scenario, failed or not.
 	@$(PROGRESS) "Fuzzing every parser of outside input for $(CHAOS_FUZZTIME) each" -- $(MAKE) --no-print-directory fuzz FUZZTIME=$(CHAOS_FUZZTIME)
 	@rm -f $(ROOT)/out/chaos/rows.jsonl
-	@$(PROGRESS) "Running the clock-jump scenarios at full size (envtest, injected clock)" -- \
-		env E2E_CHAOS=full CHAOS_ROWS=$(ROOT)/out/chaos/rows.jsonl go test -count=1 -timeout 20m -v -run '^TestClock' ./internal/controllers/
-	@$(PROGRESS) "Running the chaos scenarios at full size (processes: control plane, manager replicas, stand-in)" -- \
-		env E2E_CHAOS=full CHAOS_ROWS=$(ROOT)/out/chaos/rows.jsonl E2E_CHAOS_SUMMARY=$(ROOT)/out/chaos/summary.md \
-		go test -count=1 -timeout 60m -v -run '^TestChaos' ./test/e2e/
+	@export E2E_CHAOS=full CHAOS_ROWS=$(ROOT)/out/chaos/rows.jsonl CHAOS_COMMIT=$(CHAOS_COMMIT); status=0; \
+	$(PROGRESS) "Running the clock-jump scenarios at full size (envtest, injected clock)" -- \
+		go test -count=1 -timeout 20m -v -run '^TestClock' ./internal/controllers/ || status=1; \
+	$(PROGRESS) "Running the chaos scenarios at full size (processes: control plane, manager replicas, stand-in)" -- \
+		env E2E_CHAOS_SUMMARY=$(ROOT)/out/chaos/summary.md go test -count=1 -timeout 60m -v -run '^TestChaos' ./test/e2e/ || status=1; \
+	exit $$status
 
 .PHONY: test-e2e
 test-e2e: test-assets e2e-assets ## Only the end-to-end tests (clusterctl, manager process, control planes); RUN=regexp picks some.

@@ -24,6 +24,7 @@ import (
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/controllers/secret"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/controllers/service"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/index"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/note"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/registrar"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/webhooks"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi"
@@ -199,7 +200,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	if err := (&claim.Reconciler{
 		Client:           mgr.GetClient(),
 		WatchFilterValue: o.WatchFilter,
-		Adapter:          &claim.Adapter{Registrar: reg, Recorder: mgr.GetEventRecorder("vitistack-ipam")},
+		Adapter:          &claim.Adapter{Registrar: reg, Recorder: note.Capped(mgr.GetEventRecorder("vitistack-ipam"))},
 	}).SetupWithManager(ctx, mgr); err != nil {
 		return errors.Wrap(err, "setting up the IPAddressClaim controller")
 	}
@@ -208,7 +209,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	}
 	for _, kind := range []string{ipamv1alpha1.VitistackIPPoolKind, ipamv1alpha1.GlobalVitistackIPPoolKind} {
 		if err := (&pool.Reconciler{
-			Registrar: reg, Kind: kind, Recorder: mgr.GetEventRecorder("vitistack-ipam"),
+			Registrar: reg, Kind: kind, Recorder: note.Capped(mgr.GetEventRecorder("vitistack-ipam")),
 		}).SetupWithManager(ctx, mgr); err != nil {
 			return errors.Wrapf(err, "setting up the %s controller", kind)
 		}
@@ -222,7 +223,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		if err := (&service.Reconciler{
 			Client:             mgr.GetClient(),
 			WatchFilterValue:   o.WatchFilter,
-			Recorder:           mgr.GetEventRecorder("vitistack-ipam-services"),
+			Recorder:           note.Capped(mgr.GetEventRecorder("vitistack-ipam-services")),
 			LoadBalancerClass:  o.LoadBalancerClass,
 			ExcludedNamespaces: o.ExcludedNamespaces,
 			DefaultZone:        o.DefaultZone,

@@ -24,7 +24,7 @@ func Redact(s string, values ...string) string {
 	var forms []string
 	for _, v := range values {
 		if v != "" {
-			forms = append(forms, valueForms(v)...)
+			forms = append(forms, ValueForms(v)...)
 		}
 	}
 	slices.SortFunc(forms, func(a, b string) int { return cmp.Compare(len(b), len(a)) })
@@ -34,8 +34,9 @@ func Redact(s string, values ...string) string {
 	return s
 }
 
-// valueForms is the forms of v that Redact cuts.
-func valueForms(v string) []string {
+// ValueForms is the forms of v that Redact cuts: what a scan for a leaked value must
+// look for.
+func ValueForms(v string) []string {
 	b := []byte(v)
 	forms := []string{v,
 		// Unpadded base64 is a prefix of the padded text: it matches both.

@@ -8,20 +8,36 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 )
 
-// Row is one line of the summary: a scenario and what the accounting found after it.
+// Row is one line of the summary: a scenario, what its faults did (Detail: each
+// phase's own count), and what the accounting oracle and the canary scan found after
+// it. A scenario that failed is recorded too (Failed), with what they found last.
 type Row struct {
-	Scenario                            string
-	Claims, Services, Kills, Faults     int
-	Duration                            time.Duration
-	Leaked, Duplicated, Orphaned, Stuck int
-	Canaries                            int
+	Scenario                        string
+	Detail                          string `json:",omitempty"`
+	Failed                          bool   `json:",omitempty"`
+	Claims, Services, Kills, Faults int
+	Duration                        time.Duration
+	Leaked, Duplicated, Orphaned    int
+	Mismatched                      int
+	Stuck                           int
+	Protections                     int
+	Canaries                        int
 }
 
 // Zero reports whether the scenario ended with nothing wrong.
-func (r Row) Zero() bool { return r.Leaked+r.Duplicated+r.Orphaned+r.Stuck+r.Canaries == 0 }
+func (r Row) Zero() bool {
+	return !r.Failed && r.Leaked+r.Duplicated+r.Orphaned+r.Mismatched+r.Stuck+r.Protections+r.Canaries == 0
+}
+
+// SetAccounts takes the counts of what the accounting oracle found.
+func (r *Row) SetAccounts(a Accounts) {
+	r.Leaked, r.Duplicated, r.Orphaned = len(a.Leaked), len(a.Duplicated), len(a.Orphaned)
+	r.Mismatched, r.Stuck, r.Protections = len(a.Mismatched), len(a.Stuck), len(a.Protections)
+}
 
 var (
 	mu   sync.Mutex
@@ -59,6 +75,25 @@ func Record(r Row) error {
 	return f.Close()
 }
 
+// RecordAtEnd records row when t ends, passed or failed, with the scenario's duration
+// from now: a failed scenario's row is marked Failed and carries what account finds
+// then, so that the table shows every scenario that ran.
+func RecordAtEnd(t testing.TB, row *Row, account func() (Accounts, error)) {
+	start := time.Now()
+	t.Cleanup(func() {
+		row.Duration = time.Since(start)
+		if t.Failed() {
+			row.Failed = true
+			if a, err := account(); err == nil {
+				row.SetAccounts(a)
+			}
+		}
+		if err := Record(*row); err != nil {
+			t.Error(err)
+		}
+	})
+}
+
 // Rows returns the rows of the CHAOS_ROWS file if set (every suite's), else the rows
 // this process recorded.
 func Rows() ([]Row, error) {
@@ -85,19 +120,36 @@ func Rows() ([]Row, error) {
 	return out, sc.Err()
 }
 
-// Table renders rows as the Markdown summary, headed with the size and the time.
+// Commit is the commit the scenarios run on, as CHAOS_COMMIT names it (make test-chaos
+// sets it from git, with "-dirty" for uncommitted changes), or "unknown".
+func Commit() string {
+	if c := os.Getenv("CHAOS_COMMIT"); c != "" {
+		return c
+	}
+	return "unknown"
+}
+
+// Table renders rows as the Markdown summary, headed with the size, the commit and the
+// time. Every recorded scenario has a row, a failed one marked FAILED.
 func Table(rows []Row, now time.Time) string {
 	size := "short (make test)"
 	if Full() {
 		size = "full (make test-chaos)"
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "Chaos scenarios, %s size, %s\n\n", size, now.UTC().Format("2006-01-02 15:04 MST"))
-	b.WriteString("| scenario | claims | Services | kills / restarts | faults injected | duration | leaked | duplicated | orphaned | stuck | canaries found |\n")
-	b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	fmt.Fprintf(&b, "Chaos scenarios, %s size, commit %s, %s\n\n", size, Commit(), now.UTC().Format("2006-01-02 15:04 MST"))
+	b.WriteString("| scenario | result | claims | Services | kills / restarts | faults injected | duration | leaked | duplicated | orphaned | mismatched | stuck | Secret protections | canaries found |\n")
+	b.WriteString("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 	for _, r := range rows {
-		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %s | %d | %d | %d | %d | %d |\n", r.Scenario, r.Claims, r.Services, r.Kills, r.Faults,
-			r.Duration.Round(time.Second), r.Leaked, r.Duplicated, r.Orphaned, r.Stuck, r.Canaries)
+		scenario, result := r.Scenario, "passed"
+		if r.Detail != "" {
+			scenario += " (" + r.Detail + ")"
+		}
+		if !r.Zero() {
+			result = "**FAILED**"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %s | %d | %d | %d | %d | %d | %d | %d |\n", scenario, result, r.Claims, r.Services, r.Kills, r.Faults,
+			r.Duration.Round(time.Second), r.Leaked, r.Duplicated, r.Orphaned, r.Mismatched, r.Stuck, r.Protections, r.Canaries)
 	}
 	return b.String()
 }

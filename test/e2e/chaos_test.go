@@ -291,11 +291,26 @@ func (r *replicas) stop() {
 	newG(r.t).Expect(a.RouteWebhooksTo(context.Background(), leader)).To(Succeed())
 }
 
+// startScenario records the scenario's row when the test ends, passed or failed (a
+// failed one with what the accounting oracle finds then).
+func startScenario(t *testing.T, row *chaos.Row, nsUIDs map[string]bool) {
+	chaos.RecordAtEnd(t, row, func() (chaos.Accounts, error) { return account(context.Background(), a, nsUIDs) })
+}
+
+// scanCanaries runs the canary scan (when says at which moment), counts what it found
+// in the row, and fails on anything.
+func scanCanaries(t *testing.T, row *chaos.Row, when string, managers []*localcluster.Manager, values ...string) {
+	t.Helper()
+	found := canariesFound(t, a, managers, values)
+	row.Canaries += len(found)
+	newG(t).Expect(found).To(BeEmpty(), "a secret value shows %s", when)
+}
+
 // A burst of claims (routed and subnet pools mixed) and dual-stack LoadBalancer
 // Services while the leading manager is killed with kill -9 again and again and a
 // standby replica takes over each time; then everything is deleted, again with kills.
 // Nothing leaks, nothing is bound twice, no finalizer is left behind, and no secret
-// value shows anywhere.
+// value shows anywhere, while the objects exist or after.
 func TestChaosManagerKilled(t *testing.T) {
 	n, services, kills := 60, 10, 2
 	if chaos.Full() {
@@ -303,7 +318,6 @@ func TestChaosManagerKilled(t *testing.T) {
 	}
 	g := newG(t)
 	ctx := context.Background()
-	start := time.Now()
 	ns, secretValue := chaosPools(t, "chaos-kill", "10.60.0.0/22", "10.60.0.1")
 	svcNS := newNamespace(t, a, "chaos-kill-svc")
 	svcSecret := canary("chaos-kill-svc")
@@ -311,6 +325,8 @@ func TestChaosManagerKilled(t *testing.T) {
 	newGlobalPool(t, a, "chaos-inet-ipv4", "inet", ipamv1alpha1.IPv4)
 	newGlobalPool(t, a, "chaos-inet-ipv6", "inet", ipamv1alpha1.IPv6)
 	nsUIDs := map[string]bool{uidOf(t, a, ns): true, uidOf(t, a, svcNS): true}
+	row := &chaos.Row{Scenario: "manager kill -9 during burst and deletes, a standby taking over each time", Claims: n, Services: services}
+	startScenario(t, row, nsUIDs)
 	// The Service controller and its webhook, as on a management cluster that serves
 	// Services too.
 	webhook, err := a.InstallServiceWebhook(ctx, providerVars())
@@ -331,8 +347,8 @@ func TestChaosManagerKilled(t *testing.T) {
 	}, r.killLeader)
 	waitClaims(t, ns, n, 10*timeout)
 	waitServices(t, svcNS, services, 5*timeout)
-	bound := settledAccounts(t, a, nsUIDs)
-	g.Expect(bound.zero()).To(BeTrue())
+	settledAccounts(t, a, nsUIDs)
+	scanCanaries(t, row, "after the burst", r.managers, secretValue, svcSecret)
 
 	// Delete everything, with kills.
 	killsWhileBinding := r.disruptions
@@ -343,19 +359,19 @@ func TestChaosManagerKilled(t *testing.T) {
 		_, svcsLeft, _ := countServices(ctx, svcNS)
 		return n + services - claimsLeft - svcsLeft, n + services
 	}, r.killLeader)
+	killsWhileDeleting := r.disruptions - killsWhileBinding
+	row.Kills = r.disruptions
+	row.Detail = fmt.Sprintf("kills: %d while binding, %d while deleting", killsWhileBinding, killsWhileDeleting)
 	waitClaims(t, ns, 0, 10*timeout)
 	waitServices(t, svcNS, 0, 5*timeout)
-	end := settledAccounts(t, a, nsUIDs)
+	row.SetAccounts(settledAccounts(t, a, nsUIDs))
 	stats, err := ipamAPI.Stats(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(stats.OverlappingRegistrations).To(BeZero(), "two registrations of one identity were in flight at once")
-	found := canariesFound(t, a, r.managers, []string{secretValue, svcSecret})
-	g.Expect(found).To(BeEmpty(), "a secret value shows")
-	t.Logf("%d claims and %d Services, %d kills while binding, %d while deleting", n, services, killsWhileBinding, r.disruptions-killsWhileBinding)
+	scanCanaries(t, row, "at the end", r.managers, secretValue, svcSecret)
+	t.Logf("%d claims and %d Services, %s", n, services, row.Detail)
 	g.Expect(killsWhileBinding).To(BeNumerically(">", 0), "no kill landed while the claims were binding: the scenario proved nothing")
-	recordChaos(t, chaos.Row{Scenario: "manager kill -9 during burst and deletes (standby takes over)", Claims: n, Services: services, Kills: r.disruptions,
-		Duration: time.Since(start), Leaked: len(end.Leaked), Duplicated: len(end.Duplicated), Orphaned: len(end.Orphaned),
-		Stuck: len(end.Stuck), Canaries: len(found)})
+	g.Expect(killsWhileDeleting).To(BeNumerically(">", 0), "no kill landed while the claims were deleted: the scenario proved nothing")
 }
 
 // kube-apiserver and etcd stop and start again (as when their host reboots) during a
@@ -369,9 +385,10 @@ func TestChaosControlPlaneRestarted(t *testing.T) {
 	}
 	g := newG(t)
 	ctx := context.Background()
-	start := time.Now()
 	ns, secretValue := chaosPools(t, "chaos-restart", "10.63.0.0/22", "10.63.0.1")
 	nsUIDs := map[string]bool{uidOf(t, a, ns): true}
+	row := &chaos.Row{Scenario: fmt.Sprintf("kube-apiserver and etcd down %s during burst and deletes, the leader exiting and a standby taking over", down), Claims: n}
+	startScenario(t, row, nsUIDs)
 	g.Expect(ipamAPI.SetFaults(ctx, sim.Faults{Latency: 50 * time.Millisecond, LatencyJitter: 50 * time.Millisecond})).To(Succeed())
 	t.Cleanup(func() { _ = ipamAPI.SetFaults(ctx, sim.Faults{}) })
 	r := newReplicas(t)
@@ -383,8 +400,8 @@ func TestChaosControlPlaneRestarted(t *testing.T) {
 		return bound, n
 	}, r.restartControlPlane(down))
 	waitClaims(t, ns, n, 10*timeout)
-	bound := settledAccounts(t, a, nsUIDs)
-	g.Expect(bound.zero()).To(BeTrue())
+	settledAccounts(t, a, nsUIDs)
+	scanCanaries(t, row, "after the burst", r.managers, secretValue)
 	whileBinding := r.disruptions
 
 	deleteAll(t, claims)
@@ -392,30 +409,35 @@ func TestChaosControlPlaneRestarted(t *testing.T) {
 		_, left, _ := countClaims(ctx, ns)
 		return n - left, n
 	}, r.restartControlPlane(down))
+	whileDeleting := r.disruptions - whileBinding
+	row.Kills = r.disruptions
 	waitClaims(t, ns, 0, 10*timeout)
-	end := settledAccounts(t, a, nsUIDs)
+	row.SetAccounts(settledAccounts(t, a, nsUIDs))
 	stats, err := ipamAPI.Stats(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(stats.OverlappingRegistrations).To(BeZero(), "two registrations of one identity were in flight at once")
-	found := canariesFound(t, a, r.managers, []string{secretValue})
-	g.Expect(found).To(BeEmpty(), "a secret value shows")
+	scanCanaries(t, row, "at the end", r.managers, secretValue)
 	lost := 0
 	for _, m := range r.managers {
 		if strings.Contains(m.Logs(), "leader election lost") {
 			lost++
 		}
 	}
-	t.Logf("%d claims, %d restarts while binding, %d while deleting; %d replicas lost their Lease", n, whileBinding, r.disruptions-whileBinding, lost)
+	row.Detail = fmt.Sprintf("restarts: %d while binding, %d while deleting; %d leaders lost their Lease and exited", whileBinding, whileDeleting, lost)
+	t.Logf("%d claims, %s", n, row.Detail)
 	g.Expect(whileBinding).To(BeNumerically(">", 0), "no restart landed while the claims were binding: the scenario proved nothing")
-	recordChaos(t, chaos.Row{Scenario: fmt.Sprintf("kube-apiserver and etcd down %s during burst and deletes (leader exits, standby takes over)", down),
-		Claims: n, Kills: r.disruptions, Duration: time.Since(start), Leaked: len(end.Leaked), Duplicated: len(end.Duplicated),
-		Orphaned: len(end.Orphaned), Stuck: len(end.Stuck), Canaries: len(found)})
+	g.Expect(whileDeleting).To(BeNumerically(">", 0), "no restart landed while the claims were deleted: the scenario proved nothing")
 }
 
-// The IPAM-API misbehaves for the whole run: 20 % of requests answered 503 and 500 ms
-// more latency; for a while its HTML catch-all page instead of answers; for a while
-// connections reset after it processed a request (the answer is lost, the registration
-// or release is done). Every claim is bound once, and every one released on deletion.
+// The API server and the IPAM-API misbehave in phases, each asserted to have
+// happened: first an admission webhook refuses the manager's protection of the
+// pools' Secret and quotes the Secret (its value and fingerprint) in the refusal,
+// until a claim says so in its Ready condition; then the IPAM-API answers with its
+// HTML catch-all page; then 20 % of its connections reset after the request was
+// carried out (the answer is lost, the registration or release is done) on top of
+// the next phase; then, for the rest of the run, 20 % of requests are answered 503
+// with 500 ms more latency. Every claim is bound once, every one released on deletion,
+// and the echoed value shows nowhere.
 func TestChaosIPAMAPIFaults(t *testing.T) {
 	n, phase := 30, 3*time.Second
 	latency := 500 * time.Millisecond
@@ -424,48 +446,78 @@ func TestChaosIPAMAPIFaults(t *testing.T) {
 	}
 	g := newG(t)
 	ctx := context.Background()
-	start := time.Now()
 	ns, secretValue := chaosPools(t, "chaos-api", "10.61.0.0/22", "10.61.0.1")
 	nsUIDs := map[string]bool{uidOf(t, a, ns): true}
-	before, err := ipamAPI.Stats(ctx)
-	g.Expect(err).NotTo(HaveOccurred())
+	row := &chaos.Row{Scenario: "API server echoes the Secret in a webhook's refusal; IPAM-API: its HTML page, 20 % answers lost, 20 % 503 and +500 ms", Claims: n}
+	startScenario(t, row, nsUIDs)
 	t.Cleanup(func() { _ = ipamAPI.SetFaults(ctx, sim.Faults{}) })
 	flaky := sim.Faults{Latency: latency, ErrorRate: 0.2, ErrorStatus: 503, ErrorBody: `{"message":"upstream unavailable"}`}
-	set := func(f sim.Faults) { g.Expect(ipamAPI.SetFaults(ctx, f)).To(Succeed()) }
+	stats := func() sim.Stats {
+		st, err := ipamAPI.Stats(ctx)
+		g.Expect(err).NotTo(HaveOccurred())
+		return st
+	}
+	// phaseOf keeps the faults f for at least the phase's length and until count says
+	// they did something, and returns that count.
+	phaseOf := func(name string, f sim.Faults, count func(before, now sim.Stats) int) int {
+		g.Expect(ipamAPI.SetFaults(ctx, f)).To(Succeed())
+		before, since := stats(), time.Now()
+		var c int
+		g.Eventually(func() bool {
+			c = count(before, stats())
+			return c > 0 && time.Since(since) >= phase
+		}).WithTimeout(5*timeout).WithPolling(100*time.Millisecond).Should(BeTrue(), "the phase %q did nothing", name)
+		return c
+	}
 
-	// While the claims come: its HTML page for a phase, then for a phase 20 % of the
-	// connections reset after the request was carried out (on top of the flaky
-	// answers), then flaky answers for the rest of the run.
-	set(sim.Faults{ErrorRate: 1, ErrorStatus: 200, ErrorContentType: "text/html", ErrorBody: "<html><body>IPAM</body></html>"})
+	// The Secret echoed: the protector's patch is refused until a waiting claim says
+	// why, with the refusal redacted, in its Ready condition and in an event (which the
+	// API server takes only with a note of at most 1 KiB).
+	echo := startSecretEcho(t, ns)
 	claims := createClaims(t, ns, n)
-	time.Sleep(phase)
+	g.Eventually(func(g Gomega) {
+		list := &ipamv1.IPAddressClaimList{}
+		g.Expect(a.Client.List(ctx, list, client.InNamespace(ns))).To(Succeed())
+		g.Expect(list.Items).To(ContainElement(HaveField("Status.Conditions", ContainElement(And(
+			HaveField("Reason", ipamv1alpha1.ClaimReadySecretNotProtectedReason),
+			HaveField("Message", And(ContainSubstring("chaos policy refuses"), ContainSubstring("[redacted]"))))))))
+		events := &corev1.EventList{}
+		g.Expect(a.Client.List(ctx, events, client.InNamespace(ns))).To(Succeed())
+		g.Expect(events.Items).To(ContainElement(And(HaveField("Reason", ipamv1alpha1.ClaimReadySecretNotProtectedReason),
+			HaveField("Message", ContainSubstring("chaos policy refuses")))))
+	}).WithTimeout(5*timeout).WithPolling(time.Second).Should(Succeed(), "no claim says that its Secret's protection is refused")
+	// The HTML page, from the first request on: set before the protection is let through.
+	g.Expect(ipamAPI.SetFaults(ctx, sim.Faults{ErrorRate: 1, ErrorStatus: 200, ErrorContentType: "text/html", ErrorBody: "<html><body>IPAM</body></html>"})).To(Succeed())
+	echo.on.Store(false)
+	refusals := echo.refusals.Load()
+	injected := func(before, now sim.Stats) int { return now.InjectedErrors - before.InjectedErrors }
+	html := phaseOf("HTML page", sim.Faults{ErrorRate: 1, ErrorStatus: 200, ErrorContentType: "text/html", ErrorBody: "<html><body>IPAM</body></html>"}, injected)
 	lossy := flaky
 	lossy.DropAfterRate = 0.2
-	set(lossy)
-	time.Sleep(phase)
-	set(flaky)
+	lost := phaseOf("answers lost", lossy, func(before, now sim.Stats) int { return now.DroppedAfter - before.DroppedAfter })
+	g.Expect(ipamAPI.SetFaults(ctx, flaky)).To(Succeed())
+	flakyFrom, flakyStart := stats(), time.Now()
 	waitClaims(t, ns, n, 10*timeout)
-	bindTime := time.Since(start)
-	bound := settledAccounts(t, a, nsUIDs)
-	g.Expect(bound.zero()).To(BeTrue())
+	bindTime := time.Since(flakyStart)
+	settledAccounts(t, a, nsUIDs)
+	scanCanaries(t, row, "after the burst", []*localcluster.Manager{aMgr}, secretValue)
 
 	// Deleting under the same faults.
 	deleteStart := time.Now()
 	deleteAll(t, claims)
 	waitClaims(t, ns, 0, 10*timeout)
-	t.Logf("%d claims bound in %s, deleted in %s", n, bindTime.Round(time.Second), time.Since(deleteStart).Round(time.Second))
-	set(sim.Faults{})
-	end := settledAccounts(t, a, nsUIDs)
-	after, err := ipamAPI.Stats(ctx)
-	g.Expect(err).NotTo(HaveOccurred())
-	faults := after.InjectedErrors - before.InjectedErrors + after.DroppedAfter - before.DroppedAfter
-	g.Expect(faults).To(BeNumerically(">", 0), "no fault was injected")
-	g.Expect(after.OverlappingRegistrations).To(Equal(before.OverlappingRegistrations), "two registrations of one identity were in flight at once")
-	found := canariesFound(t, a, []*localcluster.Manager{aMgr}, []string{secretValue})
-	g.Expect(found).To(BeEmpty(), "a secret value shows")
-	recordChaos(t, chaos.Row{Scenario: "IPAM-API: 20 % 503 and +500 ms throughout; a phase of its HTML page; a phase of 20 % answers lost", Claims: n, Faults: faults,
-		Duration: time.Since(start), Leaked: len(end.Leaked), Duplicated: len(end.Duplicated), Orphaned: len(end.Orphaned),
-		Stuck: len(end.Stuck), Canaries: len(found)})
+	t.Logf("%d claims bound %s into the last phase, deleted in %s", n, bindTime.Round(time.Second), time.Since(deleteStart).Round(time.Second))
+	end := stats()
+	g.Expect(ipamAPI.SetFaults(ctx, sim.Faults{})).To(Succeed())
+	unavailable := injected(flakyFrom, end)
+	row.Faults = int(refusals) + html + lost + unavailable
+	row.Detail = fmt.Sprintf("Secret echoes refused: %d, HTML pages: %d, answers lost: %d, 503s: %d", refusals, html, lost, unavailable)
+	row.SetAccounts(settledAccounts(t, a, nsUIDs))
+	g.Expect(end.OverlappingRegistrations).To(BeZero(), "two registrations of one identity were in flight at once")
+	scanCanaries(t, row, "at the end", []*localcluster.Manager{aMgr}, secretValue)
+	t.Logf("%s", row.Detail)
+	g.Expect(refusals).To(BeNumerically(">", 0), "the webhook refused nothing")
+	g.Expect(unavailable).To(BeNumerically(">", 0), "no 503 was answered after the lossy phase")
 }
 
 // The IPAM-API is unreachable while claims are deleted and while the namespace that
@@ -479,12 +531,15 @@ func TestChaosIPAMAPIDownWhileDeleting(t *testing.T) {
 	}
 	g := newG(t)
 	ctx := context.Background()
-	start := time.Now()
 	ns, secretValue := chaosPools(t, "chaos-down", "10.62.0.0/22", "10.62.0.1")
 	nsUID := uidOf(t, a, ns)
 	nsUIDs := map[string]bool{nsUID: true}
+	row := &chaos.Row{Scenario: fmt.Sprintf("IPAM-API unreachable %s while claims and their namespace are deleted", down), Claims: n}
+	startScenario(t, row, nsUIDs)
 	claims := createClaims(t, ns, n)
 	waitClaims(t, ns, n, 5*timeout)
+	settledAccounts(t, a, nsUIDs)
+	scanCanaries(t, row, "after the burst", []*localcluster.Manager{aMgr}, secretValue)
 	t.Cleanup(func() { _ = ipamAPI.SetFaults(ctx, sim.Faults{}) })
 	g.Expect(ipamAPI.SetFaults(ctx, sim.Faults{Down: true})).To(Succeed())
 	before, err := ipamAPI.Stats(ctx)
@@ -502,16 +557,14 @@ func TestChaosIPAMAPIDownWhileDeleting(t *testing.T) {
 	after, err := ipamAPI.Stats(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
 	refused := after.DownRejections - before.DownRejections
+	row.Faults = refused
+	row.Detail = fmt.Sprintf("requests refused while down: %d", refused)
 	g.Expect(refused).To(BeNumerically(">", 0), "nothing tried to reach the IPAM-API while it was down")
 
 	g.Expect(ipamAPI.SetFaults(ctx, sim.Faults{})).To(Succeed())
 	g.Eventually(func() bool {
 		return apierrors.IsNotFound(a.Client.Get(ctx, client.ObjectKey{Name: ns}, &corev1.Namespace{}))
 	}).WithTimeout(10*timeout).WithPolling(time.Second).Should(BeTrue(), "namespace %s is not gone", ns)
-	end := settledAccounts(t, a, nsUIDs)
-	found := canariesFound(t, a, []*localcluster.Manager{aMgr}, []string{secretValue})
-	g.Expect(found).To(BeEmpty(), "a secret value shows")
-	recordChaos(t, chaos.Row{Scenario: fmt.Sprintf("IPAM-API unreachable %s while claims and their namespace are deleted", down), Claims: n,
-		Faults: refused, Duration: time.Since(start), Leaked: len(end.Leaked), Duplicated: len(end.Duplicated), Orphaned: len(end.Orphaned),
-		Stuck: len(end.Stuck), Canaries: len(found)})
+	row.SetAccounts(settledAccounts(t, a, nsUIDs))
+	scanCanaries(t, row, "at the end", []*localcluster.Manager{aMgr}, secretValue)
 }

@@ -6,7 +6,6 @@ import (
 	"net/netip"
 	"slices"
 	"time"
-	"unicode/utf8"
 
 	"github.com/pkg/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,6 +20,7 @@ import (
 
 	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/index"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/note"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/record"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/registrar"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi"
@@ -222,7 +222,7 @@ func (h *Handler) await(sec *registrar.Secret, o outcome) outcome {
 		c.Status == metav1.ConditionFalse && c.Reason == ipamv1alpha1.ClaimReadySecretNotProtectedReason {
 		msg = c.Message
 	} else if err := h.Secrets.Protected.Failure(sec.Ref.ObjectKey()); err != nil {
-		msg = o.err.Error() + "; the Secret protector failed: " + truncate(err.Error(), maxErrorInMessage)
+		msg = o.err.Error() + "; the Secret protector failed: " + note.Truncate(err.Error(), maxErrorInMessage)
 	}
 	w := failed(ipamv1alpha1.ClaimReadySecretNotProtectedReason, msg)
 	o.ready, o.reason, o.message, o.action = w.ready, w.reason, w.message, w.action
@@ -233,17 +233,6 @@ func (h *Handler) await(sec *registrar.Secret, o outcome) outcome {
 // wrote (an admission webhook's refusal, say): a condition's message may have 32,768
 // characters at most.
 const maxErrorInMessage = 1024
-
-// truncate cuts s to at most n bytes, on a rune boundary, marking the cut.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
-}
 
 // quietWaits is how many times a claim waits for its Secret's protection before it
 // says so in its Ready condition: the back-off makes that about 8 s (0.25 + 0.5 + 1 +

@@ -34,7 +34,7 @@ type outcome struct {
 	set  []metav1.Condition
 	drop []string
 	// notes are events that go out whatever the conditions do (Released, SecretRotated).
-	notes []note
+	notes []eventNote
 	// err is returned to ipamutil; with ready False and no err, the message is.
 	err error
 	// terminal waits for a change of the claim or its pool instead of retrying with
@@ -43,7 +43,7 @@ type outcome struct {
 	wake     time.Time
 }
 
-type note struct{ typ, reason, action, message string }
+type eventNote struct{ typ, reason, action, message string }
 
 func allocated(address string) outcome {
 	return outcome{ready: metav1.ConditionTrue, reason: "Allocated", message: "Allocated " + address, action: actionAllocate}
@@ -77,7 +77,7 @@ func (o outcome) wakeAt(t time.Time) outcome      { o.wake = t; return o }
 func (o outcome) releasing() outcome              { o.action = actionRelease; return o }
 
 func (o outcome) note(typ, reason, action, message string) outcome {
-	o.notes = append(o.notes, note{typ, reason, action, message})
+	o.notes = append(o.notes, eventNote{typ, reason, action, message})
 	return o
 }
 

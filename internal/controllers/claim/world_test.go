@@ -28,10 +28,9 @@ import (
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/controllers/secret"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/index"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/manager"
-	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/record"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/registrar"
-	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi/sim"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/test/chaos"
 )
 
 // world is a cluster (a fake client, with the manager's indexes), the IPAM-API stand-in,
@@ -63,9 +62,10 @@ type world struct {
 type faultKind int
 
 const (
-	none     faultKind = iota
-	conflict           // the write is refused with a conflict
-	die                // the write lands, then the process dies
+	none      faultKind = iota
+	conflict            // the write is refused with a conflict
+	die                 // the write lands, then the process dies
+	dieBefore           // the process dies before the write reaches the API server: it does not land
 )
 
 type fault struct {
@@ -159,6 +159,10 @@ func (w *world) write(obj client.Object, do func() error) error {
 			if err != nil {
 				return err
 			}
+			return errDied
+		case dieBefore:
+			w.dead = true
+			w.deaths++
 			return errDied
 		}
 	}
@@ -279,87 +283,13 @@ func (w *world) check() {
 	}
 }
 
-func appendf(out []string, format string, args ...any) []string {
-	return append(out, fmt.Sprintf(format, args...))
-}
-
-// problems lists where the promise is broken: every registration the stand-in holds live is recorded by
-// an object, no address is bound twice, and no Secret keeps the finalizer that nothing
-// records.
+// problems lists where the promise is broken, as the accounting oracle finds it for
+// the world's namespaces (holders under every cluster ID).
 func (w *world) problems() []string {
-	var out []string
-	// An address is accounted for when an IPAddress or a claim's record names it; a
-	// pending record without an address accounts for one address of its identity.
-	recorded := map[string]bool{}
-	pending := map[sim.ServiceRef]int{}
-	ref := func(id ipamapi.Identity) sim.ServiceRef {
-		return sim.ServiceRef{ServiceName: id.ServiceName, NamespaceID: id.NamespaceID, ClusterID: id.ClusterID}
-	}
-	addrs := &ipamv1.IPAddressList{}
-	must(w.t, w.direct.List(w.ctx, addrs))
-	bound := map[string]string{} // address → IPAddress
-	boundClaims := map[string]bool{}
-	for _, a := range addrs.Items {
-		boundClaims[a.Namespace+"/"+a.Name] = true // an IPAddress has its claim's name
-		rec, err := record.OnAddress(a.Labels, a.Annotations)
-		if err != nil || rec == nil {
-			out = appendf(out, "IPAddress %s has no record: %v", a.Name, err)
-			continue
-		}
-		recorded[holderKey(rec.Address, ref(rec.Identity))] = true
-		if other, ok := bound[rec.Address]; ok {
-			out = appendf(out, "address %s is bound twice: %s and %s", rec.Address, other, a.Name)
-		}
-		bound[rec.Address] = a.Name
-	}
-	claims := &ipamv1.IPAddressClaimList{}
-	must(w.t, w.direct.List(w.ctx, claims))
-	for _, c := range claims.Items {
-		if boundClaims[c.Namespace+"/"+c.Name] {
-			continue // a bound claim keeps its pending record; its IPAddress is what counts
-		}
-		if rec, _ := record.OnClaim(c.Annotations); rec != nil {
-			if rec.Address != "" {
-				recorded[holderKey(rec.Address, ref(rec.Identity))] = true
-			} else {
-				pending[ref(rec.Identity)]++
-			}
-		}
-	}
-	for _, r := range w.api.Registrations() {
-		for _, h := range r.Holders {
-			if h.ClusterID != w.cfg.ClusterID || h.ExpiresAt != nil || recorded[holderKey(r.Address, h.ServiceRef)] {
-				continue
-			}
-			if pending[h.ServiceRef] > 0 {
-				pending[h.ServiceRef]--
-				continue
-			}
-			out = appendf(out, "leak: %s is held by %+v and recorded nowhere", r.Address, h.ServiceRef)
-		}
-	}
-	secrets := &corev1.SecretList{}
-	must(w.t, w.direct.List(w.ctx, secrets))
-	for _, s := range secrets.Items {
-		protected := len(s.Finalizers) > 0
-		used := false
-		for _, c := range claims.Items {
-			if rec, _ := record.OnClaim(c.Annotations); rec != nil {
-				for _, ref := range rec.Secrets() {
-					used = used || ref.ObjectKey() == client.ObjectKeyFromObject(&s)
-				}
-			}
-		}
-		for _, a := range addrs.Items {
-			if rec, _ := record.OnAddress(a.Labels, a.Annotations); rec != nil {
-				used = used || rec.Secret.ObjectKey() == client.ObjectKeyFromObject(&s)
-			}
-		}
-		if protected != used {
-			out = appendf(out, "Secret %s: finalizer %v, but records name it: %v", s.Name, protected, used)
-		}
-	}
-	return out
+	w.t.Helper()
+	a, err := chaos.Account(w.ctx, w.direct, w.api.Registrations(), map[string]bool{"uid-apps": true, "uid-provider": true})
+	must(w.t, err)
+	return a.Entries()
 }
 
 // drainEvents returns the events recorded since the last call.
@@ -373,10 +303,6 @@ func (w *world) drainEvents() []string {
 			return out
 		}
 	}
-}
-
-func holderKey(address string, holder sim.ServiceRef) string {
-	return address + "|" + holder.ServiceName + "|" + holder.NamespaceID + "|" + holder.ClusterID
 }
 
 // live is the stand-in's live holders of this cluster, address by address.

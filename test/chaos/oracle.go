@@ -1,0 +1,328 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/record"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi/sim"
+)
+
+// Accounts is what the accounting oracle finds at a quiet moment: every entry names the
+// object or the registration that breaks the promise. Its classes are the promise: no
+// address leaked or handed out twice, no record of an address the IPAM-API does not
+// hold, nothing deleted left behind, and every Secret protected exactly while records
+// need it.
+type Accounts struct {
+	// Leaked: held live by the IPAM-API for an identity in scope (under any cluster ID),
+	// and accounted for by no claim: neither by the IPAddress of a claim bound to it, nor
+	// by an unbound claim's record (a record without an address, written before a
+	// request, accounts for one address of its identity: the answer may have been lost).
+	Leaked []string
+	// Duplicated: one address bound by two IPAddresses that do not both declare the
+	// same share key.
+	Duplicated []string
+	// Orphaned: an IPAddress without a record, with a record the IPAM-API does not hold
+	// live, or whose claim is gone or bound to another IPAddress.
+	Orphaned []string
+	// Mismatched: an IPAddress whose spec.address is not the address its record names.
+	Mismatched []string
+	// Stuck: deleted objects (claims, IPAddresses, Services, Secrets, namespaces) that
+	// are still there.
+	Stuck []string
+	// Protections: a Secret whose protection disagrees with the records: the
+	// secret-in-use finalizer or a value fingerprint that no record needs, or a key
+	// that records name without them.
+	Protections []string
+}
+
+// Zero reports whether the oracle found nothing wrong.
+func (a Accounts) Zero() bool {
+	return len(a.Leaked)+len(a.Duplicated)+len(a.Orphaned)+len(a.Mismatched)+len(a.Stuck)+len(a.Protections) == 0
+}
+
+// Entries lists every finding, each headed with its class.
+func (a Accounts) Entries() []string {
+	var out []string
+	for _, c := range []struct {
+		class string
+		list  []string
+	}{{"leaked", a.Leaked}, {"duplicated", a.Duplicated}, {"orphaned", a.Orphaned}, {"mismatched", a.Mismatched},
+		{"stuck", a.Stuck}, {"protections", a.Protections}} {
+		for _, e := range c.list {
+			out = append(out, c.class+": "+e)
+		}
+	}
+	return out
+}
+
+func (a Accounts) String() string {
+	return fmt.Sprintf("leaked %q, duplicated %q, orphaned %q, mismatched %q, stuck %q, protections %q",
+		a.Leaked, a.Duplicated, a.Orphaned, a.Mismatched, a.Stuck, a.Protections)
+}
+
+// holding is one holder of one address in the IPAM-API.
+type holding struct{ address, service, ns, cluster string }
+
+// holder is the holder's identity as service/namespace ID/cluster ID.
+func (h holding) holder() string { return h.service + "/" + h.ns + "/" + h.cluster }
+
+func holdingOf(r *record.Registration) holding {
+	return holding{r.Address, r.Identity.ServiceName, r.Identity.NamespaceID, r.Identity.ClusterID}
+}
+
+// Account compares what the IPAM-API holds (held: the stand-in's registrations) with
+// what the cluster records (c: read with List only), for the identities and objects of
+// the namespaces whose UIDs are in scope (a namespace may be gone by then: its holders
+// are still in scope).
+func Account(ctx context.Context, c client.Reader, held []sim.Registration, scope map[string]bool) (Accounts, error) {
+	var out Accounts
+	live := map[holding]bool{}
+	for _, r := range held {
+		for _, h := range r.Holders {
+			if h.ExpiresAt == nil && scope[h.NamespaceID] {
+				live[holding{r.Address, h.ServiceName, h.NamespaceID, h.ClusterID}] = true
+			}
+		}
+	}
+	nss := &corev1.NamespaceList{}
+	claims := &ipamv1.IPAddressClaimList{}
+	addrs := &ipamv1.IPAddressList{}
+	for _, list := range []client.ObjectList{nss, claims, addrs} {
+		if err := c.List(ctx, list); err != nil {
+			return out, err
+		}
+	}
+	ours := map[string]bool{} // the scope's namespaces that still exist, by name
+	for _, ns := range nss.Items {
+		if scope[string(ns.UID)] {
+			ours[ns.Name] = true
+			if !ns.DeletionTimestamp.IsZero() {
+				out.Stuck = append(out.Stuck, "Namespace "+ns.Name)
+			}
+		}
+	}
+	inScope := func(o client.Object, r *record.Registration) bool {
+		return ours[o.GetNamespace()] || (r != nil && scope[r.Identity.NamespaceID])
+	}
+	// The Secret keys every record names, wherever the record is.
+	named := map[types.NamespacedName]map[string]bool{}
+	name := func(r *record.Registration) {
+		for _, ref := range r.Secrets() {
+			if named[ref.ObjectKey()] == nil {
+				named[ref.ObjectKey()] = map[string]bool{}
+			}
+			named[ref.ObjectKey()][ref.Key] = true
+		}
+	}
+
+	addrRecords := map[types.NamespacedName]*record.Registration{}
+	claimOf := map[types.NamespacedName]types.NamespacedName{} // IPAddress → the claim it names
+	byHost := map[string][]ipamv1.IPAddress{}
+	for i := range addrs.Items {
+		a := &addrs.Items[i]
+		key := client.ObjectKeyFromObject(a)
+		rec, err := record.OnAddress(a.Labels, a.Annotations)
+		if rec != nil {
+			name(rec)
+		}
+		if !inScope(a, rec) {
+			continue
+		}
+		if !a.DeletionTimestamp.IsZero() {
+			out.Stuck = append(out.Stuck, fmt.Sprintf("IPAddress %s (finalizers %v)", key, a.Finalizers))
+		}
+		if err != nil || rec == nil {
+			out.Orphaned = append(out.Orphaned, fmt.Sprintf("IPAddress %s has no record (%v)", key, err))
+			continue
+		}
+		addrRecords[key] = rec
+		claimOf[key] = types.NamespacedName{Namespace: a.Namespace, Name: a.Spec.ClaimRef.Name}
+		if !live[holdingOf(rec)] {
+			out.Orphaned = append(out.Orphaned, fmt.Sprintf("IPAddress %s records %s, which the IPAM-API does not hold for %s", key, rec.Address, holdingOf(rec).holder()))
+		}
+		if !sameAddress(a.Spec.Address, rec.Address) {
+			out.Mismatched = append(out.Mismatched, fmt.Sprintf("IPAddress %s has address %q, its record %s", key, a.Spec.Address, rec.Address))
+		}
+		byHost[rec.HostKey()] = append(byHost[rec.HostKey()], *a)
+	}
+	for host, list := range byHost {
+		share := list[0].Annotations[ipamv1alpha1.AllowLocalSharedIPAnnotation]
+		for _, a := range list[1:] {
+			if share == "" || a.Annotations[ipamv1alpha1.AllowLocalSharedIPAnnotation] != share {
+				out.Duplicated = append(out.Duplicated, fmt.Sprintf("%s bound by %d IPAddresses", host, len(list)))
+				break
+			}
+		}
+	}
+
+	accounted := map[holding]bool{}
+	pending := map[holding]int{} // by identity (no address): records that may hold one
+	boundTo := map[types.NamespacedName]string{}
+	for i := range claims.Items {
+		cl := &claims.Items[i]
+		key := client.ObjectKeyFromObject(cl)
+		rec, _ := record.OnClaim(cl.Annotations)
+		if rec != nil {
+			name(rec)
+		}
+		if !inScope(cl, rec) {
+			continue
+		}
+		if !cl.DeletionTimestamp.IsZero() {
+			out.Stuck = append(out.Stuck, fmt.Sprintf("IPAddressClaim %s (finalizers %v)", key, cl.Finalizers))
+		}
+		if ref := cl.Status.AddressRef.Name; ref != "" {
+			boundTo[key] = ref
+			if a := addrRecords[types.NamespacedName{Namespace: cl.Namespace, Name: ref}]; a != nil {
+				accounted[holdingOf(a)] = true
+				continue
+			}
+		}
+		switch {
+		case rec == nil:
+		case rec.Address != "":
+			accounted[holdingOf(rec)] = true
+		default:
+			pending[holdingOf(rec)]++
+		}
+	}
+	for key, claimKey := range claimOf {
+		if ref, ok := boundTo[claimKey]; !ok || ref != key.Name {
+			out.Orphaned = append(out.Orphaned, fmt.Sprintf("IPAddress %s: its claim %s is gone or not bound to it", key, claimKey))
+		}
+	}
+	for h := range live {
+		if accounted[h] {
+			continue
+		}
+		id := holding{"", h.service, h.ns, h.cluster}
+		if pending[id] > 0 {
+			pending[id]--
+			continue
+		}
+		out.Leaked = append(out.Leaked, fmt.Sprintf("%s held by %s", h.address, h.holder()))
+	}
+
+	for ns := range ours {
+		for _, list := range []client.ObjectList{&corev1.ServiceList{}, &corev1.SecretList{}} {
+			if err := c.List(ctx, list, client.InNamespace(ns)); err != nil {
+				return out, err
+			}
+			switch l := list.(type) {
+			case *corev1.ServiceList:
+				for i := range l.Items {
+					if s := &l.Items[i]; !s.DeletionTimestamp.IsZero() {
+						out.Stuck = append(out.Stuck, fmt.Sprintf("Service %s (finalizers %v)", client.ObjectKeyFromObject(s), s.Finalizers))
+					}
+				}
+			case *corev1.SecretList:
+				for i := range l.Items {
+					s := &l.Items[i]
+					if !s.DeletionTimestamp.IsZero() {
+						out.Stuck = append(out.Stuck, fmt.Sprintf("Secret %s (finalizers %v)", client.ObjectKeyFromObject(s), s.Finalizers))
+					}
+					out.Protections = append(out.Protections, protection(s, named[client.ObjectKeyFromObject(s)])...)
+				}
+			}
+		}
+	}
+	for _, l := range [][]string{out.Leaked, out.Duplicated, out.Orphaned, out.Mismatched, out.Stuck, out.Protections} {
+		sort.Strings(l)
+	}
+	return out, nil
+}
+
+// protection lists where a Secret's protection disagrees with the keys records name.
+func protection(s *corev1.Secret, keys map[string]bool) []string {
+	var out []string
+	key := client.ObjectKeyFromObject(s)
+	finalizer := controllerutil.ContainsFinalizer(s, ipamv1alpha1.SecretInUseFinalizer)
+	switch {
+	case len(keys) > 0 && !finalizer:
+		out = append(out, fmt.Sprintf("Secret %s: records name its keys %v, but it has no %s finalizer", key, sortedKeys(keys), ipamv1alpha1.SecretInUseFinalizer))
+	case len(keys) == 0 && finalizer:
+		out = append(out, fmt.Sprintf("Secret %s keeps the %s finalizer, and no record names it", key, ipamv1alpha1.SecretInUseFinalizer))
+	}
+	fps := record.Fingerprints(s.Annotations)
+	for _, k := range sortedKeys(fps) {
+		if !keys[k] {
+			out = append(out, fmt.Sprintf("Secret %s keeps the fingerprint of key %q, and no record names it", key, k))
+		}
+	}
+	for _, k := range sortedKeys(keys) {
+		if _, ok := fps[k]; !ok {
+			if _, has := s.Data[k]; has {
+				out = append(out, fmt.Sprintf("Secret %s: records name its key %q, which has no fingerprint", key, k))
+			}
+		}
+	}
+	return out
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// sameAddress reports whether an IPAddress's spec.address is the host of a record's
+// address (a CIDR, ip/32 or ip/128).
+func sameAddress(spec, recorded string) bool {
+	a, err := netip.ParseAddr(spec)
+	if err != nil {
+		return false
+	}
+	p, err := netip.ParsePrefix(recorded)
+	if err != nil {
+		return false
+	}
+	return a == p.Addr()
+}
+
+// Needles are the strings that show a secret value: every form ipamapi.Redact cuts,
+// and the fingerprint the provider keeps on the Secret (and nowhere else).
+func Needles(values ...string) []string {
+	var out []string
+	for _, v := range values {
+		if v == "" {
+			continue
+		}
+		fp := record.Fingerprint([]byte(v))
+		out = append(out, ipamapi.ValueForms(v)...)
+		out = append(out, strings.TrimPrefix(fp, "sha256:"))
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// Find returns, for each needle of values found in a haystack (by name), the name and
+// the text around it.
+func Find(haystacks map[string]string, values ...string) []string {
+	needles := Needles(values...)
+	var found []string
+	for _, name := range sortedKeys(haystacks) {
+		h := haystacks[name]
+		for _, n := range needles {
+			if i := strings.Index(h, n); i >= 0 {
+				found = append(found, fmt.Sprintf("%s: …%s…", name, h[max(0, i-60):min(len(h), i+len(n)+20)]))
+			}
+		}
+	}
+	return found
+}
