@@ -89,10 +89,12 @@ func holdingOf(r *record.Registration) holding {
 // are still in scope).
 func Account(ctx context.Context, c client.Reader, held []sim.Registration, scope map[string]bool) (Accounts, error) {
 	var out Accounts
+	// Every live holder: an IPAddress in scope may record an identity whose namespace
+	// ID is overridden to one out of scope. Leaks are looked for in scope only.
 	live := map[holding]bool{}
 	for _, r := range held {
 		for _, h := range r.Holders {
-			if h.ExpiresAt == nil && scope[h.NamespaceID] {
+			if h.ExpiresAt == nil {
 				live[holding{r.Address, h.ServiceName, h.NamespaceID, h.ClusterID}] = true
 			}
 		}
@@ -205,7 +207,7 @@ func Account(ctx context.Context, c client.Reader, held []sim.Registration, scop
 		}
 	}
 	for h := range live {
-		if accounted[h] {
+		if accounted[h] || !scope[h.ns] {
 			continue
 		}
 		id := holding{"", h.service, h.ns, h.cluster}

@@ -88,8 +88,15 @@ func (p *planted) register(name, address, cluster string) {
 // leaves it; share is its allow-local-shared-ip key.
 func (p *planted) bind(name, address, share string) {
 	p.t.Helper()
-	p.register(name, address, "cluster-a")
-	rec := p.registration(name, address, "cluster-a")
+	p.bindAs(p.registration(name, address, "cluster-a"), share)
+}
+
+// bindAs binds the claim the registration names (its service name) to its address.
+func (p *planted) bindAs(rec *record.Registration, share string) {
+	p.t.Helper()
+	_, err := p.api.Register(p.ctx, rec.Request(secretValue))
+	NewWithT(p.t).Expect(err).NotTo(HaveOccurred())
+	name := rec.Identity.ServiceName
 	ann := map[string]string{}
 	if share != "" {
 		ann[ipamv1alpha1.AllowLocalSharedIPAnnotation] = share
@@ -101,7 +108,7 @@ func (p *planted) bind(name, address, share string) {
 	claim.Status.AddressRef.Name = name
 	NewWithT(p.t).Expect(p.c.Status().Update(p.ctx, claim)).To(Succeed())
 	addr := &ipamv1.IPAddress{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: name, Labels: map[string]string{}, Annotations: map[string]string{}},
-		Spec: ipamv1.IPAddressSpec{Address: address, ClaimRef: ipamv1.IPAddressClaimReference{Name: name}}}
+		Spec: ipamv1.IPAddressSpec{Address: strings.TrimSuffix(rec.Address, "/32"), ClaimRef: ipamv1.IPAddressClaimReference{Name: name}}}
 	if share != "" {
 		addr.Annotations[ipamv1alpha1.AllowLocalSharedIPAnnotation] = share
 	}
@@ -167,6 +174,13 @@ func TestOracleReportsEachPlantedDefect(t *testing.T) {
 			p.register("c2", "83.118.168.21", "cluster-a")
 		},
 		want: chaos.Accounts{Leaked: []string{"83.118.168.2?/32 held by c2/uid-apps/cluster-a"}},
+	}, {
+		name: "a bound claim whose identity's namespace ID is overridden to one out of scope",
+		plant: func(p *planted) {
+			rec := p.registration("c2", "83.118.168.30", "cluster-a")
+			rec.Identity.NamespaceID = "uid-elsewhere"
+			p.bindAs(rec, "")
+		},
 	}, {
 		name: "one address bound by two claims",
 		plant: func(p *planted) {
