@@ -59,14 +59,18 @@ func (c *ControlPlane) clusterctl(ctx context.Context, vars map[string]string, s
 
 // Init runs `clusterctl init --ipam vitistack` (on a new cluster clusterctl also
 // installs core Cluster API and the kubeadm providers) with vars, then removes the
-// webhook configurations of the Cluster API providers: their Deployments never run on
-// a control plane without nodes, and their webhooks would refuse every Cluster.
+// webhook configurations of the Cluster API providers and turns their CRDs' conversion
+// webhooks off: their Deployments never run on a control plane without nodes, their
+// admission webhooks would refuse every Cluster, and nothing would answer a conversion.
 func (c *ControlPlane) Init(ctx context.Context, vars map[string]string) (string, error) {
 	out, err := c.Clusterctl(ctx, vars, "init", "--ipam", "vitistack", "--kubeconfig", c.Kubeconfig)
 	if err != nil {
 		return out, err
 	}
 	if err := c.removeForeignWebhooks(ctx); err != nil {
+		return out, err
+	}
+	if err := c.removeForeignConversions(ctx); err != nil {
 		return out, err
 	}
 	// The garbage collector looks for new resource types only every 30 s: restart it so

@@ -14,6 +14,7 @@ import (
 	"github.com/pkg/errors"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -44,6 +45,32 @@ func (c *ControlPlane) removeForeignWebhooks(ctx context.Context) error {
 	for _, obj := range []client.Object{&admissionv1.ValidatingWebhookConfiguration{}, &admissionv1.MutatingWebhookConfiguration{}} {
 		if err := c.Client.DeleteAllOf(ctx, obj, notOurs); err != nil {
 			return errors.Wrap(err, "removing the Cluster API providers' webhook configurations")
+		}
+	}
+	return nil
+}
+
+// removeForeignConversions gives every CRD that names another provider's conversion
+// webhook the conversion None. Nothing serves those webhooks here (the providers'
+// Deployments never run on a control plane without nodes), and the API server would
+// call the webhook's Service for every object it converts between versions: each call
+// goes to the Service's ClusterIP, off this machine, and fails (tens of thousands of
+// error lines in its log). The provider and the tests read and write v1beta2 only, the
+// version the objects are stored in, so nothing is converted: None only relabels.
+func (c *ControlPlane) removeForeignConversions(ctx context.Context) error {
+	crds := &apiextensionsv1.CustomResourceDefinitionList{}
+	if err := c.Client.List(ctx, crds); err != nil {
+		return errors.Wrap(err, "listing the CustomResourceDefinitions")
+	}
+	for i := range crds.Items {
+		crd := &crds.Items[i]
+		if conv := crd.Spec.Conversion; conv == nil || conv.Strategy != apiextensionsv1.WebhookConverter || crd.Labels[ProviderLabel] == ProviderName {
+			continue
+		}
+		before := crd.DeepCopy()
+		crd.Spec.Conversion = &apiextensionsv1.CustomResourceConversion{Strategy: apiextensionsv1.NoneConverter}
+		if err := c.Client.Patch(ctx, crd, client.MergeFrom(before)); err != nil {
+			return errors.Wrapf(err, "turning off the conversion webhook of %s", crd.Name)
 		}
 	}
 	return nil

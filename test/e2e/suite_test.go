@@ -95,7 +95,33 @@ func run(m *testing.M) int {
 			code = 1
 		}
 	}
+	// Nothing the API servers were asked to call left this machine: every webhook
+	// configuration and CRD conversion left installed points at 127.0.0.1.
+	logs, _ = filepath.Glob(filepath.Join(workDir, "*", "kube-apiserver.log"))
+	for _, f := range logs {
+		b, _ := os.ReadFile(f)
+		if calls := callsOffMachine(string(b)); len(calls) > 0 {
+			fmt.Fprintf(os.Stderr, "e2e: the API server called a Service address %d times, the first: %s; see %s\n", len(calls), calls[0], f)
+			code = 1
+		}
+	}
 	return code
+}
+
+// callOffMachine matches an API server's log line about a call to a webhook or
+// conversion webhook by its Service name: the API server resolves it to the Service's
+// ClusterIP, which no process on this machine serves.
+var callOffMachine = regexp.MustCompile(`conversion webhook for|failed calling webhook|\.svc(:[0-9]+)?/`)
+
+// callsOffMachine returns the lines of an API server's log that show such calls.
+func callsOffMachine(log string) []string {
+	var out []string
+	for line := range strings.Lines(log) {
+		if callOffMachine.MatchString(line) {
+			out = append(out, strings.TrimSpace(line))
+		}
+	}
+	return out
 }
 
 // rbacRefusals returns the log lines in which RBAC refused a request, but for those
@@ -168,14 +194,20 @@ func providerVars() map[string]string {
 	}
 }
 
-// TestRBACRefusalDetector keeps the suite's RBAC check honest: it must see a refusal
-// and must not mistake other 403s for one.
+// TestRBACRefusalDetector keeps the suite's log checks honest: the RBAC check must see
+// a refusal and must not mistake other 403s for one; the check of calls off the machine
+// must see a conversion webhook's call, and not a webhook routed to 127.0.0.1.
 func TestRBACRefusalDetector(t *testing.T) {
 	g := newG(t)
 	refusal := `E1123 16:17:23.815729    3809 controller.go:494] "Reconciler error" err="secrets is forbidden: User \"system:serviceaccount:capi-ipam-vitistack-system:capi-ipam-vitistack-manager\" cannot create resource \"secrets\" in API group \"\" in the namespace \"ipam-system\""` + "\n"
 	terminating := `E1123 16:17:23.815729    3809 event_broadcaster.go:270] "Server rejected event (will not retry!)" err="events.events.k8s.io \"node-53.18ea\" is forbidden: unable to create new content in namespace burst because it is being terminated"` + "\n"
 	g.Expect(rbacRefusals(refusal+terminating, nil)).To(HaveLen(1))
 	g.Expect(rbacRefusals(terminating, nil)).To(BeEmpty())
+	// And the check that no call left the machine.
+	conversion := `E1124 20:45:30.293834   26792 watcher.go:664] failed to prepare current and previous objects: conversion webhook for ipam.cluster.x-k8s.io/v1beta2, Kind=IPAddressClaim failed: Post "https://capi-webhook-service.capi-system.svc:443/convert?timeout=30s": tls: failed to verify certificate` + "\n"
+	local := `I1124 20:45:30.293834   26792 dispatcher.go:200] "Calling webhook" url="https://127.0.0.1:40123/validate-service"` + "\n"
+	g.Expect(callsOffMachine(conversion + local)).To(HaveLen(1))
+	g.Expect(callsOffMachine(local)).To(BeEmpty())
 	// While the API server restarts, RBAC refuses everyone: not the provider's RBAC.
 	at := time.Date(time.Now().Year(), 11, 23, 16, 17, 23, 815729000, time.Local)
 	g.Expect(rbacRefusals(refusal, []localcluster.Outage{{From: at.Add(-10 * time.Second), To: at.Add(-time.Second)}})).To(BeEmpty())
