@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"net"
 	"net/url"
 	"os"
@@ -185,6 +186,37 @@ func TestQuickstart(t *testing.T) {
 		}
 		g.Expect(err).To(HaveOccurred(), "%s still answers after Ctrl-C", u)
 	}
+
+	// The log a user opens when something looks wrong holds no error that recurs, and
+	// kube-apiserver called nothing off this machine.
+	apiLog, err := os.ReadFile(filepath.Join(dir, "quickstart", "kube-apiserver.log"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(callsOffMachine(string(apiLog))).To(BeEmpty())
+	g.Expect(recurringErrors(string(apiLog), 3)).To(BeEmpty(), "kube-apiserver.log has recurring errors")
+}
+
+// recurringErrors returns the error lines of a klog log whose message (the line less
+// its time, process and source) stands at least n times, each once with its count.
+func recurringErrors(log string, n int) []string {
+	counts := map[string]int{}
+	var order []string
+	for line := range strings.Lines(log) {
+		if !strings.HasPrefix(line, "E") {
+			continue
+		}
+		msg := strings.TrimSpace(line)
+		if i := strings.Index(msg, "] "); i >= 0 {
+			msg = msg[i+2:]
+		}
+		if counts[msg]++; counts[msg] == n {
+			order = append(order, msg)
+		}
+	}
+	out := make([]string, len(order))
+	for i, m := range order {
+		out[i] = fmt.Sprintf("%d× %.300s", counts[m], m)
+	}
+	return out
 }
 
 // readmeBlock returns the fenced code block that follows marker in a Markdown text.

@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
@@ -315,4 +316,57 @@ func TestOracleSeesALeak(t *testing.T) {
 	if p := w.problems(); len(p) != 1 || !strings.HasPrefix(p[0], "leaked: 83.118.171.250/32 held by r/uid-apps/cluster-a") {
 		t.Fatalf("the oracle does not see the extra address: %v", p)
 	}
+}
+
+// A new leader whose cache lags (it has not caught up after an API server restart) and
+// shows a claim as it was while its first request was out, neither bound nor deleted,
+// while the old leader has since bound it, seen it deleted, released its address and
+// died before taking the finalizer off, sends nothing: the write of its record
+// carries the version it read and is refused, and the claim is reconciled again on
+// what the API server has. (Without that, it registered a new address that nothing
+// recorded: seen once in the chaos scenario that restarts the API server during
+// deletes.)
+func TestAStaleReadOfADeletedClaimSendsNothing(t *testing.T) {
+	w := newWorld(t)
+	pools(w)
+	// The first request goes out and the process dies: the claim as a lagging cache
+	// keeps it.
+	w.fault = fault{kind: die, at: w.writes + 1}
+	w.create(claimObj("r", "routed", map[string]string{ipamv1alpha1.SecretAnnotation: "old"}))
+	w.run(1)
+	if w.deaths != 1 {
+		t.Fatalf("the process did not die after the first write (%d writes)", w.writes)
+	}
+	lagging := w.get(claimObj("r", "", nil)).DeepCopyObject().(client.Object)
+	w.fault = fault{}
+	w.settle()
+	a := w.bound(t, "r")[0]
+	rec, err := record.OnAddress(a.Labels, a.Annotations)
+	must(t, err)
+
+	// The old leader releases the address of the deleted claim and dies; the address is
+	// freed and taken by someone else.
+	w.deleteClaims("r")
+	api, err := ipamapi.NewClient(w.url, ipamapi.Options{})
+	must(t, err)
+	_, err = api.Release(w.ctx, rec.Request("old-secret-value-1"))
+	must(t, err)
+	w.api.Sweep()
+	registerElsewhere(w, rec.Address)
+	sent := w.api.Stats().Total(sim.RouteRegister)
+
+	// The new leader's cache shows the claim as it was, and no IPAddress.
+	w.start()
+	w.stale = map[string]client.Object{
+		staleKey(&ipamv1.IPAddressClaim{}, client.ObjectKeyFromObject(lagging)): lagging,
+		staleKey(&ipamv1.IPAddress{}, client.ObjectKeyFromObject(a)):            nil,
+	}
+	_, _ = w.claims.Reconcile(w.ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(lagging)})
+	if again := w.api.Stats().Total(sim.RouteRegister) - sent; again != 0 {
+		t.Errorf("a registration was sent on a stale read (%d)", again)
+	}
+	w.stale = nil
+	w.settle()
+	w.gone(t, "r")
+	w.check()
 }

@@ -301,13 +301,17 @@ func (h *Handler) patchClaim(ctx context.Context) error {
 }
 
 // patchMetadata writes the claim's metadata (finalizers, annotations, labels) where it
-// differs from what was written.
+// differs from what was written, on the version it was read at or last written: a
+// reconcile that acted on a stale read (a cache that has not caught up after an API
+// server restart, say, and does not show the claim's deletion) gets a conflict here,
+// before the request its record announces goes out, and is run again on what the API
+// server has.
 func (h *Handler) patchMetadata(ctx context.Context) error {
 	meta, written := withoutStatus(h.claim), withoutStatus(h.written)
 	if apiequality.Semantic.DeepEqual(meta.ObjectMeta, written.ObjectMeta) && apiequality.Semantic.DeepEqual(meta.Spec, written.Spec) {
 		return nil
 	}
-	err := h.Client.Patch(ctx, meta, client.MergeFrom(written))
+	err := h.Client.Patch(ctx, meta, client.MergeFromWithOptions(written, client.MergeFromWithOptimisticLock{}))
 	if apierrors.IsNotFound(err) && len(meta.Finalizers) == 0 {
 		return nil // a claim whose last finalizer went is gone
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -57,6 +58,15 @@ type world struct {
 	// beforeWrite, when set, runs before each write of the process lands: a user's
 	// change that reaches the API server first.
 	beforeWrite func(obj client.Object)
+	// stale, when set, answers the process's next read of each key with what it holds
+	// (nil: not found) instead of what the API server has, once: a cache that has not
+	// caught up.
+	stale map[string]client.Object
+}
+
+// staleKey is the key of stale: the object's type and its namespaced name.
+func staleKey(obj client.Object, key client.ObjectKey) string {
+	return fmt.Sprintf("%T %s", obj, key)
 }
 
 type faultKind int
@@ -89,6 +99,17 @@ func newWorld(t *testing.T) *world {
 	index.Each(func(obj client.Object, field string, fn client.IndexerFunc) { b = b.WithIndex(obj, field, fn) })
 	w.direct = b.Build()
 	w.c = interceptor.NewClient(w.direct.(client.WithWatch), interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if s, ok := w.stale[staleKey(obj, key)]; ok {
+				delete(w.stale, staleKey(obj, key))
+				if s == nil {
+					return apierrors.NewNotFound(schema.GroupResource{Resource: fmt.Sprintf("%T", obj)}, key.Name)
+				}
+				reflect.ValueOf(obj).Elem().Set(reflect.ValueOf(s.DeepCopyObject()).Elem())
+				return nil
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
 		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
 			setUID(obj)
 			return w.write(obj, func() error { return c.Create(ctx, obj, opts...) })
