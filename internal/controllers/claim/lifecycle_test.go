@@ -370,3 +370,24 @@ func TestAStaleReadOfADeletedClaimSendsNothing(t *testing.T) {
 	w.gone(t, "r")
 	w.check()
 }
+
+// A deleted claim is released and its IPAddress deleted even when the cache does not
+// show the IPAddress (it lags after an API server restart): the IPAddress is deleted by
+// name, and none stays behind without its claim.
+func TestAnIPAddressTheCacheDoesNotShowIsDeletedWithItsClaim(t *testing.T) {
+	w := newWorld(t)
+	pools(w)
+	w.create(claimObj("r", "routed", map[string]string{ipamv1alpha1.SecretAnnotation: "old"}))
+	w.settle()
+	a := w.bound(t, "r")[0]
+	w.deleteClaims("r")
+	w.start()
+	w.stale = map[string]client.Object{staleKey(&ipamv1.IPAddress{}, client.ObjectKeyFromObject(a)): nil}
+	w.settle()
+	w.stale = nil
+	w.gone(t, "r")
+	if w.addressOf("r") != nil {
+		t.Errorf("the IPAddress stays after its claim went")
+	}
+	w.check()
+}

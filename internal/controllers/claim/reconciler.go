@@ -8,6 +8,7 @@ import (
 	"github.com/pkg/errors"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -183,18 +184,20 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, claim *ipamv1.IPAddres
 	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(claim), address); err != nil && !apierrors.IsNotFound(err) {
 		return ctrl.Result{}, errors.Wrap(err, "failed to fetch address")
 	}
-	if address.Name != "" {
-		if controllerutil.ContainsFinalizer(address, ipamutil.ProtectAddressFinalizer) {
-			// Written by an earlier version (this one adds none).
-			p := client.MergeFrom(address.DeepCopy())
-			controllerutil.RemoveFinalizer(address, ipamutil.ProtectAddressFinalizer)
-			if err := r.Client.Patch(ctx, address, p); err != nil && !apierrors.IsNotFound(err) {
-				return ctrl.Result{}, errors.Wrap(err, "failed to remove address finalizer")
-			}
+	if controllerutil.ContainsFinalizer(address, ipamutil.ProtectAddressFinalizer) {
+		// Written by an earlier version (this one adds none).
+		p := client.MergeFrom(address.DeepCopy())
+		controllerutil.RemoveFinalizer(address, ipamutil.ProtectAddressFinalizer)
+		if err := r.Client.Patch(ctx, address, p); err != nil && !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, errors.Wrap(err, "failed to remove address finalizer")
 		}
-		if err := r.Client.Delete(ctx, address); err != nil && !apierrors.IsNotFound(err) {
-			return ctrl.Result{}, errors.Wrap(err, "failed to delete address")
-		}
+	}
+	// Deleted by name, whatever the cache shows: a cache that lags (after an API server
+	// restart, say) may not show an IPAddress that exists, and the claim would go
+	// without it.
+	gone := &ipamv1.IPAddress{ObjectMeta: metav1.ObjectMeta{Namespace: claim.Namespace, Name: claim.Name}}
+	if err := r.Client.Delete(ctx, gone); err != nil && !apierrors.IsNotFound(err) {
+		return ctrl.Result{}, errors.Wrap(err, "failed to delete address")
 	}
 	controllerutil.RemoveFinalizer(claim, ipamutil.ReleaseAddressFinalizer)
 	return ctrl.Result{}, nil

@@ -58,9 +58,9 @@ type world struct {
 	// beforeWrite, when set, runs before each write of the process lands: a user's
 	// change that reaches the API server first.
 	beforeWrite func(obj client.Object)
-	// stale, when set, answers the process's next read of each key with what it holds
-	// (nil: not found) instead of what the API server has, once: a cache that has not
-	// caught up.
+	// stale, while set, answers the process's reads of each key with what it holds
+	// (nil: not found) instead of what the API server has: a cache that has not caught
+	// up.
 	stale map[string]client.Object
 }
 
@@ -101,7 +101,6 @@ func newWorld(t *testing.T) *world {
 	w.c = interceptor.NewClient(w.direct.(client.WithWatch), interceptor.Funcs{
 		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 			if s, ok := w.stale[staleKey(obj, key)]; ok {
-				delete(w.stale, staleKey(obj, key))
 				if s == nil {
 					return apierrors.NewNotFound(schema.GroupResource{Resource: fmt.Sprintf("%T", obj)}, key.Name)
 				}
