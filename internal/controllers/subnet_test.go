@@ -110,9 +110,11 @@ func TestSubnetModeNeverSharesWithTheSameSecret(t *testing.T) {
 	}
 }
 
-// The candidate is recorded before it is sent: after a crash the same candidate is
-// sent again, and its "updated" answer is accepted as this claim's own.
-func TestSubnetModeCrashRetriesTheSameCandidate(t *testing.T) {
+// The candidate is recorded before it is sent. Its answer is lost and the manager
+// restarts: the IPAM-API answers the same candidate sent again with "updated", which
+// another holder of the same secret would get too, so the claim gives it back and
+// binds the next one; nothing stays held for it but the address it is bound to.
+func TestSubnetModeLostAnswerGivesTheCandidateBack(t *testing.T) {
 	g := NewWithT(t)
 	ns := newNamespace(t)
 	api, url, stop := env.ExtraSim()
@@ -128,8 +130,11 @@ func TestSubnetModeCrashRetriesTheSameCandidate(t *testing.T) {
 	g.Expect(recordOf(t, claim)).To(ContainSubstring(`"address":"10.62.0.2/32"`))
 	restartManager(t)
 
-	g.Expect(boundAddress(t, claim).Spec.Address).To(Equal("10.62.0.2"))
-	holders := api.Holders("10.62.0.2/32")
+	g.Expect(boundAddress(t, claim).Spec.Address).To(Equal("10.62.0.3"))
+	for _, h := range api.Holders("10.62.0.2/32") {
+		g.Expect(h.ExpiresAt).NotTo(BeNil(), "the candidate given back is still held: %+v", h)
+	}
+	holders := api.Holders("10.62.0.3/32")
 	g.Expect(holders).To(HaveLen(1))
 	g.Expect(holders[0].ExpiresAt).To(BeNil())
 }

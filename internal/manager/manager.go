@@ -204,7 +204,11 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	}).SetupWithManager(ctx, mgr); err != nil {
 		return errors.Wrap(err, "setting up the IPAddressClaim controller")
 	}
-	if err := (&secret.Protector{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Secrets: reg.Secrets, Wake: reg.Wake, Asks: reg.Secrets.Protected.Ask}).SetupWithManager(ctx, mgr); err != nil {
+	if err := (&secret.Protector{
+		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Secrets: reg.Secrets, Wake: reg.Wake, Asks: reg.Secrets.Protected.Ask,
+		Ledger: &secret.Ledger{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(),
+			Key: types.NamespacedName{Namespace: o.DefaultSecretNamespace, Name: secret.LedgerName}},
+	}).SetupWithManager(ctx, mgr); err != nil {
 		return errors.Wrap(err, "setting up the Secret protector")
 	}
 	for _, kind := range []string{ipamv1alpha1.VitistackIPPoolKind, ipamv1alpha1.GlobalVitistackIPPoolKind} {

@@ -30,8 +30,8 @@ type Registration struct {
 	// Registered is true once the IPAM-API has answered with Address.
 	Registered bool `json:"registered,omitempty"`
 	// Candidate is true when Address is a subnet-mode candidate the provider picked (not
-	// one the user asked for): if the IPAM-API says it was already held ("updated") on
-	// the first attempt, someone else holds it, and this claim lets it go.
+	// one the user asked for): if the IPAM-API says it was already held ("updated"),
+	// someone else may hold it, and this claim lets it go unless it was bound to it.
 	Candidate bool `json:"candidate,omitempty"`
 	// Declined is true while this claim's hold on a candidate held by someone else is
 	// being given back.

@@ -96,7 +96,10 @@ type Secrets struct {
 
 	recentMu sync.Mutex
 	recent   map[record.ObjectRef]recentRead
-	reads    singleflight.Group
+	// epochs counts, by Secret, the times its reads were forgotten: a read that began
+	// before is not remembered.
+	epochs map[types.NamespacedName]uint64
+	reads  singleflight.Group
 }
 
 // recentRead is a read of a Secret that found it ready for registrations.
@@ -126,9 +129,10 @@ func (s *Secrets) GetRecent(ctx context.Context, ref record.ObjectRef, createDef
 		return &sec, nil
 	}
 	v, err, _ := s.reads.Do(fmt.Sprintf("%s/%s/%s/%t", ref.Namespace, ref.Name, ref.Key, createDefault), func() (any, error) {
+		epoch := s.epoch(ref.ObjectKey())
 		sec, err := s.Get(ctx, ref, createDefault)
 		if err == nil {
-			s.remember(sec)
+			s.remember(sec, epoch)
 		}
 		return sec, err
 	})
@@ -141,22 +145,57 @@ func (s *Secrets) GetRecent(ctx context.Context, ref record.ObjectRef, createDef
 
 // Remember serves GetRecent, for a second, with what the API server answered the
 // Secret protector about a Secret it protected: the claims it wakes go on without
-// reading it again. Keys that are not ready are not remembered.
+// reading it again. Only the keys given (the ready ones) are served from it; every
+// earlier read of the Secret is forgotten, as is any read still under way, so a
+// Secret the protector let go (and that may be deleted or changed a moment later) is
+// read again.
 func (s *Secrets) Remember(sec *corev1.Secret, keys []string) {
+	epoch := s.forget(types.NamespacedName{Namespace: sec.Namespace, Name: sec.Name})
 	for _, k := range keys {
 		if out, err := secretFrom(record.ObjectRef{Namespace: sec.Namespace, Name: sec.Name, Key: k}, sec); err == nil {
-			s.remember(out)
+			s.remember(out, epoch)
 		}
 	}
 }
 
-// remember keeps a read that found a Secret ready for GetRecent.
-func (s *Secrets) remember(sec *Secret) {
+// epoch is the Secret's count of forgotten reads.
+func (s *Secrets) epoch(secret types.NamespacedName) uint64 {
+	s.recentMu.Lock()
+	defer s.recentMu.Unlock()
+	return s.epochs[secret]
+}
+
+// Forget drops the reads of the Secret GetRecent would use, and those under way: the
+// protector may have let it go, and it may be deleted or changed a moment later.
+func (s *Secrets) Forget(secret types.NamespacedName) { s.forget(secret) }
+
+// forget is Forget; it returns the new epoch.
+func (s *Secrets) forget(secret types.NamespacedName) uint64 {
+	s.recentMu.Lock()
+	defer s.recentMu.Unlock()
+	for ref := range s.recent {
+		if ref.ObjectKey() == secret {
+			delete(s.recent, ref)
+		}
+	}
+	if s.epochs == nil || len(s.epochs) > 1024 {
+		s.epochs = map[types.NamespacedName]uint64{}
+	}
+	s.epochs[secret]++
+	return s.epochs[secret]
+}
+
+// remember keeps a read that found a Secret ready for GetRecent, unless the Secret's
+// reads were forgotten since the read began (epoch).
+func (s *Secrets) remember(sec *Secret, epoch uint64) {
 	if !sec.Ready() {
 		return
 	}
 	s.recentMu.Lock()
 	defer s.recentMu.Unlock()
+	if s.epochs[sec.Ref.ObjectKey()] != epoch {
+		return
+	}
 	if s.recent == nil || len(s.recent) > 1024 {
 		s.recent = map[record.ObjectRef]recentRead{}
 	}
@@ -343,6 +382,7 @@ func (s *Secrets) Get(ctx context.Context, ref record.ObjectRef, createDefault b
 	}
 	if !out.Ready() {
 		s.Protected.Set(ref.ObjectKey(), nil) // the protector is asked again by the next record naming it
+		s.forget(ref.ObjectKey())
 	}
 	return out, nil
 }

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/controllers/secret"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/record"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi/sim"
@@ -44,7 +45,8 @@ type Accounts struct {
 	Stuck []string
 	// Protections: a Secret whose protection disagrees with the records: the
 	// secret-in-use finalizer or a value fingerprint that no record needs, or a key
-	// that records name without them.
+	// that records name without them; or a protected Secret the provider's list of
+	// protected Secrets does not name.
 	Protections []string
 }
 
@@ -218,6 +220,20 @@ func Account(ctx context.Context, c client.Reader, held []sim.Registration, scop
 		out.Leaked = append(out.Leaked, fmt.Sprintf("%s held by %s", h.address, h.holder()))
 	}
 
+	// The Secrets the provider's ledgers list (a protected Secret must be listed, or no
+	// new leader looks at it again).
+	cms := &corev1.ConfigMapList{}
+	if err := c.List(ctx, cms); err != nil {
+		return out, err
+	}
+	listed := map[types.NamespacedName]bool{}
+	for i := range cms.Items {
+		if cms.Items[i].Name == secret.LedgerName {
+			for _, s := range secret.Listed(&cms.Items[i]) {
+				listed[s] = true
+			}
+		}
+	}
 	for ns := range ours {
 		for _, list := range []client.ObjectList{&corev1.ServiceList{}, &corev1.SecretList{}} {
 			if err := c.List(ctx, list, client.InNamespace(ns)); err != nil {
@@ -236,7 +252,7 @@ func Account(ctx context.Context, c client.Reader, held []sim.Registration, scop
 					if !s.DeletionTimestamp.IsZero() {
 						out.Stuck = append(out.Stuck, fmt.Sprintf("Secret %s (finalizers %v)", client.ObjectKeyFromObject(s), s.Finalizers))
 					}
-					out.Protections = append(out.Protections, protection(s, named[client.ObjectKeyFromObject(s)])...)
+					out.Protections = append(out.Protections, protection(s, named[client.ObjectKeyFromObject(s)], listed)...)
 				}
 			}
 		}
@@ -248,10 +264,14 @@ func Account(ctx context.Context, c client.Reader, held []sim.Registration, scop
 }
 
 // protection lists where a Secret's protection disagrees with the keys records name.
-func protection(s *corev1.Secret, keys map[string]bool) []string {
+func protection(s *corev1.Secret, keys map[string]bool, listed map[types.NamespacedName]bool) []string {
 	var out []string
 	key := client.ObjectKeyFromObject(s)
 	finalizer := controllerutil.ContainsFinalizer(s, ipamv1alpha1.SecretInUseFinalizer)
+	if finalizer && !listed[key] {
+		out = append(out, fmt.Sprintf("Secret %s has the %s finalizer, and the provider's list of protected Secrets (ConfigMap %s) "+
+			"does not name it: a new leader would not look at it again", key, ipamv1alpha1.SecretInUseFinalizer, secret.LedgerName))
+	}
 	switch {
 	case len(keys) > 0 && !finalizer:
 		out = append(out, fmt.Sprintf("Secret %s: records name its keys %v, but it has no %s finalizer", key, sortedKeys(keys), ipamv1alpha1.SecretInUseFinalizer))

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/controllers/secret"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/manager"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/record"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi"
@@ -52,8 +53,15 @@ func newPlanted(t *testing.T) *planted {
 		Finalizers:  []string{ipamv1alpha1.SecretInUseFinalizer},
 		Annotations: fingerprints("secret")},
 		Data: map[string][]byte{"secret": []byte(secretValue)}})
+	p.create(ledger("apps/owner"))
 	p.bind("c1", "83.118.168.10", "")
 	return p
+}
+
+// ledger is the provider's list of protected Secrets, naming secrets.
+func ledger(secrets ...string) *corev1.ConfigMap {
+	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "provider", Name: secret.LedgerName},
+		Data: map[string]string{"secrets": strings.Join(secrets, "\n")}}
 }
 
 func fingerprints(keys ...string) map[string]string {
@@ -231,6 +239,8 @@ func TestOracleReportsEachPlantedDefect(t *testing.T) {
 		name: "a live Secret that keeps the finalizer no record needs",
 		plant: func(p *planted) {
 			p.create(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "spare", Finalizers: []string{ipamv1alpha1.SecretInUseFinalizer}}})
+			l := ledger()
+			p.update(l, func() { l.Data["secrets"] = "apps/owner\napps/spare" })
 		},
 		want: chaos.Accounts{Protections: []string{"Secret apps/spare keeps the ipam.vitistack.io/secret-in-use finalizer, and no record names it"}},
 	}, {
@@ -239,6 +249,14 @@ func TestOracleReportsEachPlantedDefect(t *testing.T) {
 			p.create(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "spare", Annotations: fingerprints("secret")}})
 		},
 		want: chaos.Accounts{Protections: []string{`Secret apps/spare keeps the fingerprint of key "secret", and no record names it`}},
+	}, {
+		name: "a protected Secret the provider's list of protected Secrets does not name",
+		plant: func(p *planted) {
+			l := ledger()
+			p.update(l, func() { l.Data["secrets"] = "apps/other" })
+		},
+		want: chaos.Accounts{Protections: []string{"Secret apps/owner has the ipam.vitistack.io/secret-in-use finalizer, and the provider's " +
+			"list of protected Secrets (ConfigMap vitistack-ipam-protected-secrets) does not name it: a new leader would not look at it again"}},
 	}, {
 		name: "a Secret records name, without its finalizer or its fingerprint",
 		plant: func(p *planted) {

@@ -364,7 +364,7 @@ func TestChaosManagerKilled(t *testing.T) {
 	row.Detail = fmt.Sprintf("kills: %d while binding, %d while deleting", killsWhileBinding, killsWhileDeleting)
 	waitClaims(t, ns, 0, 10*timeout)
 	waitServices(t, svcNS, 0, 5*timeout)
-	row.SetAccounts(settledButProtections(t, a, nsUIDs))
+	row.SetAccounts(settledAccounts(t, a, nsUIDs))
 	stats, err := ipamAPI.Stats(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(stats.OverlappingRegistrations).To(BeZero(), "two registrations of one identity were in flight at once")
@@ -412,7 +412,7 @@ func TestChaosControlPlaneRestarted(t *testing.T) {
 	whileDeleting := r.disruptions - whileBinding
 	row.Kills = r.disruptions
 	waitClaims(t, ns, 0, 10*timeout)
-	row.SetAccounts(settledButProtections(t, a, nsUIDs))
+	row.SetAccounts(settledAccounts(t, a, nsUIDs))
 	stats, err := ipamAPI.Stats(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(stats.OverlappingRegistrations).To(BeZero(), "two registrations of one identity were in flight at once")

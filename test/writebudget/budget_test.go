@@ -166,6 +166,7 @@ func TestWriteBudget(t *testing.T) {
 		{Verb: "DELETE", Resource: "ipaddresses"}:            float64(total),
 		{Verb: "PATCH", Resource: "ipaddressclaims"}:         float64(total), // the finalizer with the record
 		{Verb: "PATCH", Resource: "secrets"}:                 2,              // the default secret let go (again after a conflict)
+		{Verb: "PUT", Resource: "configmaps"}:                2,              // and taken off the list of protected Secrets
 		{Verb: "PATCH", Resource: "vitistackippools/status"}: 2 * 2 * (time.Since(start).Seconds() + 3),
 	}
 	for k, v := range writes {

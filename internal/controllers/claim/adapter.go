@@ -110,9 +110,6 @@ func (a *Adapter) SetupWithManager(_ context.Context, b *ctrl.Builder) error {
 		addressKinds = append(addressKinds, ipampredicates.AddressReferencesPoolKind(gk))
 	}
 	a.subnets.recheck = a.Config.SubnetRecheckInterval
-	if a.subnets.recheck <= 0 {
-		a.subnets.recheck = time.Minute
-	}
 	workers := max(a.Config.MaxConcurrentReconciles, 1)
 	notCreated := predicate.Funcs{CreateFunc: func(event.CreateEvent) bool { return false }}
 	addressCameOrWent := predicate.Funcs{

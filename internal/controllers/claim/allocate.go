@@ -152,8 +152,8 @@ func (h *Handler) send(ctx context.Context, api ipamapi.Client, sec *registrar.S
 //
 // A record's attempt time is set only when a request goes out under it: a record
 // without one was never sent, so the first answer to it is known to be the first (a
-// "no prefixes" then proves nothing is held, and an "updated" for a subnet candidate
-// means someone else holds it), and a claim deleted meanwhile has nothing to release.
+// "no prefixes" then proves nothing is held), and a claim deleted meanwhile has
+// nothing to release.
 func (h *Handler) writePending(ctx context.Context, reg *record.Registration, sec *registrar.Secret) *outcome {
 	ready, written := sec.Ready(), h.recordWritten(reg)
 	if _, recorded := h.written.Annotations[ipamv1alpha1.RegistrationAnnotation]; !ready && !recorded {

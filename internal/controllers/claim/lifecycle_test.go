@@ -3,6 +3,7 @@ package claim_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -218,14 +219,105 @@ var scenarios = []scenario{
 		},
 		then: func(t *testing.T, w *world) { w.gone(t, "r") },
 	},
+	{
+		// A namespace's deletion deletes a bound claim's IPAddress before the claim (the
+		// IPAddress has no finalizer): the claim's own record still says its address was
+		// registered, so it is released with the retention the user asked for.
+		name: "release keeps retention when the IPAddress goes first",
+		setup: func(w *world) {
+			pools(w)
+			w.create(claimObj("r", "routed", map[string]string{ipamv1alpha1.SecretAnnotation: "old",
+				ipamv1alpha1.RetentionPeriodDaysAnnotation: "7"}))
+			w.settle()
+		},
+		act: func(w *world) {
+			must(w.t, w.direct.Delete(w.ctx, &ipamv1.IPAddress{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "r"}}))
+			w.deleteClaims("r")
+			w.settle()
+		},
+		then: func(t *testing.T, w *world) {
+			w.gone(t, "r")
+			retained := 0
+			for _, r := range w.api.Registrations() {
+				for _, h := range r.Holders {
+					if h.ServiceName == "r" && h.ExpiresAt != nil {
+						retained++
+						if days := time.Until(*h.ExpiresAt).Hours() / 24; days < 6.9 || days > 7.1 {
+							t.Errorf("%s is retained for %.1f days, want 7", r.Address, days)
+						}
+					}
+				}
+			}
+			if retained != 1 {
+				t.Errorf("%d addresses retained for the claim's identity, want 1: %v", retained, w.api.Registrations())
+			}
+		},
+	},
+	{
+		// Someone outside the cluster holds the first candidate under the same secret:
+		// the IPAM-API adds the claim as a second holder and answers "updated". The
+		// claim gives it back and binds the next one, whatever write fails or wherever
+		// the process dies on the way (an "updated" answer to a candidate is never taken
+		// as the claim's own: after a lost answer it cannot tell whose it is).
+		name: "subnet candidate held under the same secret",
+		setup: func(w *world) {
+			pools(w)
+			registerShared(w, "10.50.0.2/32")
+		},
+		act: func(w *world) {
+			w.create(claimObj("s", "subnet", map[string]string{ipamv1alpha1.SecretAnnotation: "old"}))
+			w.settle()
+		},
+		then: func(t *testing.T, w *world) {
+			a := w.bound(t, "s")[0]
+			if a != nil && a.Spec.Address == "10.50.0.2" {
+				t.Errorf("the claim was bound to 10.50.0.2, which someone else holds")
+			}
+			if live := w.live()["10.50.0.2/32"]; len(live) != 0 {
+				t.Errorf("the claim keeps a hold on 10.50.0.2: %v", live)
+			}
+		},
+	},
+	{
+		// A bound subnet claim whose IPAddress is lost (deleted by hand) gets its address
+		// back: the IPAM-API's "updated" is its own hold, as it was bound to it.
+		name: "subnet claim gets its lost IPAddress back",
+		setup: func(w *world) {
+			pools(w)
+			w.create(claimObj("s", "subnet", map[string]string{ipamv1alpha1.SecretAnnotation: "old"}))
+			w.settle()
+		},
+		act: func(w *world) {
+			must(w.t, w.direct.Delete(w.ctx, &ipamv1.IPAddress{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "s"}}))
+			w.settle()
+		},
+		then: func(t *testing.T, w *world) {
+			if a := w.bound(t, "s")[0]; a != nil && a.Spec.Address != "10.50.0.2" {
+				t.Errorf("the claim came back with %s, want its address 10.50.0.2", a.Spec.Address)
+			}
+			if live := w.live(); len(live) != 1 {
+				t.Errorf("the stand-in holds %v for the claim, want 10.50.0.2 alone", live)
+			}
+		},
+	},
+}
+
+// registerShared has someone outside the cluster hold an address of the subnet pool
+// under the secret old (as a holder of the same secret could).
+func registerShared(w *world, address string) {
+	holdOutside(w, "old-secret-value-1", "hnet-private", address)
 }
 
 // registerElsewhere has someone outside the cluster hold an address.
 func registerElsewhere(w *world, address string) {
+	holdOutside(w, "somebody-elses-secret", "inet", address)
+}
+
+func holdOutside(w *world, secret ipamapi.Secret, zone, address string) {
 	w.t.Helper()
 	api, err := ipamapi.NewClient(w.url, ipamapi.Options{})
 	must(w.t, err)
-	_, err = api.Register(w.ctx, ipamapi.Request{Secret: "somebody-elses-secret", Zone: "inet", Family: ipamapi.FamilyIPv4, Address: address,
+	_, err = api.Register(w.ctx, ipamapi.Request{Secret: secret, Zone: zone, Family: ipamapi.FamilyIPv4, Address: address,
 		Identity: ipamapi.Identity{ServiceName: "elsewhere", NamespaceID: "x", ClusterID: "y"}})
 	must(w.t, err)
 }

@@ -38,6 +38,13 @@ func (h *Handler) release(ctx context.Context) outcome {
 		// what was is settled), so nothing is held for it.
 		return h.released(ctx, reg, "Dropped a registration record that was never sent: nothing to release")
 	}
+	if !reg.Registered && h.wasBound() {
+		// The IPAddress went first (a namespace's deletion deletes it before the claim):
+		// the address is released as registered, with the retention asked for. The
+		// pending record names no address in routed mode; the IPAM-API answers with the
+		// held one when it is sent again.
+		reg.Registered = true
+	}
 	if _, moving := h.claim.Annotations[clusterctlv1.DeleteForMoveAnnotation]; moving {
 		ctrl.LoggerFrom(ctx).V(2).Info("Claim deleted by clusterctl move, keeping its address registered")
 		h.forget()
@@ -87,21 +94,21 @@ func (h *Handler) release(ctx context.Context) outcome {
 			return releaseFailed(fmt.Sprintf("an earlier registration request may still be in flight; releasing after %s",
 				until.UTC().Format(time.RFC3339))).wakeAt(until)
 		}
-		if reg.Address == "" {
-			// Send it again to learn the address (the IPAM-API returns the held one).
-			h.InFlight.Sending(h.claim.UID, reg.Attempt)
-			res, err := api.Register(ctx, reg.Request(sec.Value))
-			if answered(err) {
-				h.InFlight.SawAnswer(h.claim.UID, reg.Attempt)
-			}
-			switch {
-			case err != nil && provesNothingHeld(err):
-				return h.released(ctx, reg, "Dropped a registration record: the IPAM-API proved that nothing was held under it")
-			case err != nil:
-				return releaseFailed(err.Error())
-			}
-			reg.Address = res.Address
+	}
+	if reg.Address == "" {
+		// Send it again to learn the address (the IPAM-API returns the held one).
+		h.InFlight.Sending(h.claim.UID, reg.Attempt)
+		res, err := api.Register(ctx, reg.Request(sec.Value))
+		if answered(err) {
+			h.InFlight.SawAnswer(h.claim.UID, reg.Attempt)
 		}
+		switch {
+		case err != nil && provesNothingHeld(err):
+			return h.released(ctx, reg, "Dropped a registration record: the IPAM-API proved that nothing was held under it")
+		case err != nil:
+			return releaseFailed(err.Error())
+		}
+		reg.Address = res.Address
 	}
 
 	if _, err := api.Release(ctx, reg.Request(sec.Value)); err != nil {
@@ -120,6 +127,12 @@ func (h *Handler) release(ctx context.Context) outcome {
 	}
 	return o
 }
+
+// wasBound reports whether the claim was ever bound: its addressRef is set only once
+// its IPAddress was created from an answer (the status is patched after the IPAddress,
+// and never cleared), so its record's request was answered and the address accepted as
+// its own, whatever the record (a pending one stays on the claim) says.
+func (h *Handler) wasBound() bool { return h.claim.Status.AddressRef.Name != "" }
 
 func orPending(a string) string {
 	if a == "" {

@@ -119,6 +119,14 @@ func (s *subnetState) occupancy() handler.TypedEventHandler[client.Object, recon
 	}
 }
 
+// window is how long an address found taken is skipped (a minute unless configured).
+func (s *subnetState) window() time.Duration {
+	if s.recheck <= 0 {
+		return time.Minute
+	}
+	return s.recheck
+}
+
 // forget drops a claim's picks.
 func (s *subnetState) forget(uid types.UID) {
 	s.mu.Lock()
@@ -145,7 +153,7 @@ func (s *subnetState) markTaken(key string, a netip.Addr) {
 		s.takenAt[key] = map[netip.Addr]time.Time{}
 	}
 	for b, t := range s.takenAt[key] { // prune what is no longer skipped
-		if time.Since(t) >= s.recheck {
+		if time.Since(t) >= s.window() {
 			delete(s.takenAt[key], b)
 		}
 	}
@@ -166,7 +174,7 @@ func (s *subnetState) next(plan *subnet.Plan, key, pool string, uid types.UID, s
 			return true
 		}
 		t, ok := s.takenAt[key][a]
-		return ok && time.Since(t) < s.recheck
+		return ok && time.Since(t) < s.window()
 	})
 	if ok {
 		if s.picked == nil {
@@ -188,8 +196,9 @@ func subnetKey(endpoint, zone string) string {
 
 // allocateInSubnet registers a host address of the pool's subnet for the claim: the
 // address the user asked for, or candidates picked in order, each recorded on the
-// claim before it is sent. A candidate someone else holds is skipped; one another
-// holder of the same secret holds ("updated" on the first attempt) is given back.
+// claim before it is sent. A candidate someone else holds is skipped; one the IPAM-API
+// had already ("updated": another holder of the same secret, or this claim after a
+// lost answer) is given back. Only a candidate the IPAM-API registered anew is bound.
 func (h *Handler) allocateInSubnet(ctx context.Context, address *ipamv1.IPAddress, reg *record.Registration) outcome {
 	spec := h.pool.PoolSpec()
 	plan, err := subnet.New(spec.Subnet, spec.Gateway, spec.ExcludedAddresses)
@@ -249,9 +258,12 @@ func (h *Handler) allocateInSubnet(ctx context.Context, address *ipamv1.IPAddres
 		res, err, firstAttempt := s.res, s.err, s.firstAttempt
 		cand, _ := ipamapi.ParseHost(reg.Address)
 		switch {
-		case err == nil && res.Updated() && firstAttempt && reg.Candidate:
-			// Another holder of the same secret has it: two nodes must never share an
-			// address. Give this claim's hold back and take the next candidate.
+		case err == nil && res.Updated() && reg.Candidate && !h.wasBound():
+			// The IPAM-API had the candidate already: another holder of the same secret
+			// has it, or this claim does from a request whose answer was lost; which of
+			// the two, nothing tells. Two nodes must never share an address: the claim's
+			// hold is given back (a lost answer costs a candidate) and the next one taken.
+			// A claim that was bound to it (its IPAddress lost since) holds it as its own.
 			if o := h.decline(ctx, api, sec, reg, key); o != nil {
 				return *o
 			}

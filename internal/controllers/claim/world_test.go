@@ -156,7 +156,8 @@ func (w *world) start() {
 	w.claims = &claim.Reconciler{Client: w.c, Adapter: &claim.Adapter{Registrar: reg, Recorder: w.events}}
 	w.seen = nil
 	w.observe()
-	w.protector = &secret.Protector{Client: w.c, Reader: w.c, Secrets: reg.Secrets}
+	w.protector = &secret.Protector{Client: w.c, Reader: w.c, Secrets: reg.Secrets,
+		Ledger: &secret.Ledger{Client: w.c, Reader: w.c, Key: types.NamespacedName{Namespace: "provider", Name: secret.LedgerName}}}
 	w.dead = false
 }
 

@@ -50,6 +50,10 @@ type Protector struct {
 	// (Secrets.Protected hands them out) to the claim controller; nil: they come back
 	// with their back-off.
 	Wake chan<- event.GenericEvent
+	// Ledger lists the Secrets the protector has protected, for the next leader to look
+	// at again; nil: none (a Secret whose last record goes while no leader runs keeps
+	// its protection).
+	Ledger *Ledger
 	// Asks brings the Secrets that waiting claims ask the protector to look at
 	// (registrar.Protected's Ask); nil: none.
 	Asks <-chan event.GenericEvent
@@ -64,6 +68,9 @@ func (p *Protector) SetupWithManager(ctx context.Context, mgr ctrl.Manager) erro
 		Watches(&ipamv1.IPAddress{}, p.recordsChanged())
 	if p.Asks != nil {
 		b = b.WatchesRawSource(source.Channel(p.Asks, &handler.EnqueueRequestForObject{}))
+	}
+	if p.Ledger != nil {
+		b = b.WatchesRawSource(p.Ledger.Sweep())
 	}
 	return b.Complete(p)
 }
@@ -132,27 +139,47 @@ func secretsOf(o client.Object) []record.ObjectRef {
 
 // Reconcile protects a Secret while any record names it, and lets it go when none does.
 func (p *Protector) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	res, err := p.protect(ctx, req)
-	if p.Secrets != nil {
-		// The claims that wait for the Secret say why, should this keep failing.
-		p.Secrets.Protected.Tried(req.NamespacedName, err)
+	res, sec, ready, err := p.protect(ctx, req)
+	if p.Secrets == nil {
+		return res, err
 	}
-	return res, err
+	// The claims that wait for the Secret say why, should this keep failing.
+	p.Secrets.Protected.Tried(req.NamespacedName, err)
+	if err != nil || sec == nil {
+		// Reads of the Secret from before are not used again: it may have been let go.
+		p.Secrets.Forget(req.NamespacedName)
+		return res, err
+	}
+	// The claims that waited for the ready keys go on now, with what the API server
+	// answered about the Secret (every other read of it from before is forgotten).
+	p.Secrets.Remember(sec, ready)
+	if woken := p.Secrets.Protected.Set(req.NamespacedName, ready); len(woken) > 0 && p.Wake != nil {
+		if err := registrar.WakeKeys(ctx, p.Wake, woken); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
 }
 
-func (p *Protector) protect(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+// protect makes the Secret's protection what its records need; it returns the Secret
+// as the API server has it now (nil: it is gone), and its ready keys: protected, with
+// the fingerprint of their value.
+func (p *Protector) protect(ctx context.Context, req ctrl.Request) (ctrl.Result, *corev1.Secret, []string, error) {
 	keys, err := p.referencedKeys(ctx, req.NamespacedName, p.Client, true)
 	if err != nil {
-		return ctrl.Result{}, err
+		return ctrl.Result{}, nil, nil, err
 	}
 	sec := &corev1.Secret{}
 	if err := p.Reader.Get(ctx, req.NamespacedName, sec); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(errors.Wrapf(err, "reading Secret %s", req.NamespacedName))
+		if apierrors.IsNotFound(err) {
+			return ctrl.Result{}, nil, nil, p.list(ctx, req.NamespacedName, false)
+		}
+		return ctrl.Result{}, nil, nil, errors.Wrapf(err, "reading Secret %s", req.NamespacedName)
 	}
 	if len(keys) == 0 && controllerutil.ContainsFinalizer(sec, ipamv1alpha1.SecretInUseFinalizer) {
 		// The cache may lag a record just written: ask the API server before letting go.
 		if keys, err = p.referencedKeys(ctx, req.NamespacedName, p.Reader, false); err != nil {
-			return ctrl.Result{}, err
+			return ctrl.Result{}, nil, nil, err
 		}
 	}
 	before := sec.DeepCopy()
@@ -180,13 +207,19 @@ func (p *Protector) protect(ctx context.Context, req ctrl.Request) (ctrl.Result,
 	if len(keys) > 0 {
 		res.RequeueAfter = resync
 	}
+	if len(keys) > 0 {
+		// Listed before it is protected: a protected Secret is always listed.
+		if err := p.list(ctx, req.NamespacedName, true); err != nil {
+			return ctrl.Result{}, nil, nil, err
+		}
+	}
 	if !maps.Equal(before.Annotations, sec.Annotations) || !slices.Equal(before.Finalizers, sec.Finalizers) {
 		err = p.Client.Patch(ctx, sec, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
 		if apierrors.IsConflict(err) {
-			return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil
+			return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil, nil, nil
 		}
 		if apierrors.IsNotFound(err) {
-			return res, nil
+			return res, nil, nil, p.list(ctx, req.NamespacedName, false)
 		}
 		if err != nil {
 			// A webhook's refusal may quote the Secret, new and old: its values and
@@ -197,26 +230,30 @@ func (p *Protector) protect(ctx context.Context, req ctrl.Request) (ctrl.Result,
 			if p.Reader.Get(ctx, req.NamespacedName, now) != nil {
 				now = nil
 			}
-			return res, registrar.RedactSecret(errors.Wrapf(err, "protecting Secret %s", req.NamespacedName), sec, before, now)
+			return res, nil, nil, registrar.RedactSecret(errors.Wrapf(err, "protecting Secret %s", req.NamespacedName), sec, before, now)
 		}
 	}
-	if p.Secrets != nil {
-		var ready []string // keys whose fingerprint matches the value (a changed value is not ready)
-		for _, k := range keys {
-			if v, ok := sec.Data[k]; ok && want[k] == record.Fingerprint(v) && sec.DeletionTimestamp.IsZero() {
-				ready = append(ready, k)
-			}
-		}
-		// The claims that waited for these keys go on now, with what the API server
-		// answered about the Secret.
-		p.Secrets.Remember(sec, ready)
-		if woken := p.Secrets.Protected.Set(req.NamespacedName, ready); len(woken) > 0 && p.Wake != nil {
-			if err := registrar.WakeKeys(ctx, p.Wake, woken); err != nil {
-				return res, err
-			}
+	if len(keys) == 0 {
+		// Unlisted once it is let go.
+		if err := p.list(ctx, req.NamespacedName, false); err != nil {
+			return res, nil, nil, err
 		}
 	}
-	return res, nil
+	var ready []string // keys whose fingerprint matches the value (a changed value is not ready)
+	for _, k := range keys {
+		if v, ok := sec.Data[k]; ok && want[k] == record.Fingerprint(v) && sec.DeletionTimestamp.IsZero() {
+			ready = append(ready, k)
+		}
+	}
+	return res, sec, ready, nil
+}
+
+// list lists the Secret in the ledger, or takes it off.
+func (p *Protector) list(ctx context.Context, secret types.NamespacedName, listed bool) error {
+	if p.Ledger == nil {
+		return nil
+	}
+	return p.Ledger.Set(ctx, secret, listed)
 }
 
 // referencedKeys lists the keys of the Secret that records name, through the indexes
