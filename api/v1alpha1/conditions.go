@@ -78,12 +78,17 @@ const (
 )
 
 // The AddressShared condition of an IPAddressClaim: True while its address is bound to
-// other claims too, all of which declared the same share key.
+// other claims too.
 const (
 	// ClaimAddressSharedCondition is True while the address is shared.
 	ClaimAddressSharedCondition = "AddressShared"
-	// ClaimAddressSharedReason: the address is shared by consent.
+	// ClaimAddressSharedReason: the address is shared by consent (every other claim
+	// declares the same share key).
 	ClaimAddressSharedReason = "SharedByConsent"
+	// ClaimAddressSharedWithoutConsentReason: another claim is bound to the address
+	// without the same share key (an earlier version of the provider let that happen);
+	// one of them must request another address.
+	ClaimAddressSharedWithoutConsentReason = "SharedWithoutConsent"
 )
 
 // The SecretRotated condition of an IPAddressClaim: whether the secret that owns its

@@ -53,8 +53,9 @@ func (h *Handler) allocate(ctx context.Context, address *ipamv1.IPAddress) outco
 		return *o
 	}
 	// Two requests without an address in flight at once would each allocate one (with
-	// an address they name the same one, so only those are held back).
-	if until, waiting := h.InFlight.MayStillBeInFlight(h.claim.UID, reg.Attempt); waiting && reg.Address == "" {
+	// an address they name the same one, so only those are held back). A claim that
+	// was bound had its request answered.
+	if until, waiting := h.InFlight.MayStillBeInFlight(h.claim.UID, reg.Attempt); waiting && reg.Address == "" && !h.wasBound() {
 		return failed(ipamv1.IPAddressClaimReadyAllocationFailedReason,
 			fmt.Sprintf("an earlier registration request may still be in flight in the IPAM-API; the next is sent after %s",
 				until.UTC().Format(time.RFC3339))).wakeAt(until)
@@ -280,6 +281,18 @@ func (h *Handler) registered(ctx context.Context, address *ipamv1.IPAddress, reg
 	}
 	reg.Address, _ = ipamapi.CanonicalCIDR(res.Address)
 	reg.Registered, reg.Declined = true, false
+	if res.Updated() {
+		// The address was in the IPAM-API already: whoever else in the cluster holds it
+		// must have consented. If not, the claim records what it holds (so it is released
+		// as registered, and waits without asking the IPAM-API again) and waits.
+		if o := h.heldForUs(ctx, reg); o != nil {
+			reg.Candidate = false
+			if err := h.writeRecord(ctx, reg, nil); err != nil {
+				return transient(err)
+			}
+			return *o
+		}
+	}
 	// The claim keeps its pending record: the IPAddress records the registration from
 	// now on (a claim is bound with four writes). Should the IPAddress not be created,
 	// the pending record is sent again, and the IPAM-API answers with the same address.

@@ -115,41 +115,91 @@ func (h *Handler) checkShare(ctx context.Context, reg *record.Registration) *out
 	if reg.Address == "" || reg.Candidate {
 		return nil
 	}
+	other, err := h.unconsenting(ctx, reg)
+	if err != nil || other == nil {
+		return outcomeOf(err)
+	}
+	o := failed(ipamv1alpha1.ClaimReadyAddressInUseReason, fmt.Sprintf("address %s in zone %s is bound to IPAddressClaim %s/%s; %s, "+
+		"or request another address", reg.Address, reg.Zone, other.Namespace, other.Name, h.shareHint()))
+	return &o
+}
+
+// unconsenting is another claim in the cluster (or registering it in this process
+// now) that holds reg's address without the same share key as this claim; nil: none.
+func (h *Handler) unconsenting(ctx context.Context, reg *record.Registration) (*ipamv1.IPAddressClaim, error) {
 	others, err := h.holders(ctx, reg.HostKey())
 	if err != nil {
-		o := transient(err)
-		return &o
+		return nil, err
 	}
 	mine := shareKey(h.claim)
 	if holder, ok := h.InFlight.ReserveAddress(ctx, reg.HostKey(), mine, h.claim); !ok {
 		// Another claim of this process is registering it right now (the cache may not
 		// show its record yet).
-		others = append(others, &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: strings.Split(holder, "/")[0], Name: strings.Split(holder, "/")[1]}})
+		ns, name, _ := strings.Cut(holder, "/")
+		others = append(others, &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}})
 	}
 	for _, other := range others {
-		if mine != "" && shareKey(other) == mine {
-			continue
+		if mine == "" || shareKey(other) != mine {
+			return other, nil
 		}
-		hint := fmt.Sprintf("to share it, give both claims the same %s annotation", ipamv1alpha1.AllowLocalSharedIPAnnotation)
-		if mine != "" {
-			hint = fmt.Sprintf("it declares another share key (%s) or none", ipamv1alpha1.AllowLocalSharedIPAnnotation)
-		}
-		o := failed(ipamv1alpha1.ClaimReadyAddressInUseReason, fmt.Sprintf("address %s in zone %s is bound to IPAddressClaim %s/%s; %s, "+
-			"or request another address", reg.Address, reg.Zone, other.Namespace, other.Name, hint))
-		return &o
 	}
-	return nil
+	return nil, nil
 }
 
-// shared is the AddressShared condition of a bound claim: who else holds its address.
+// shareHint says how two claims may share an address.
+func (h *Handler) shareHint() string {
+	if shareKey(h.claim) != "" {
+		return fmt.Sprintf("it declares another share key (%s) or none", ipamv1alpha1.AllowLocalSharedIPAnnotation)
+	}
+	return fmt.Sprintf("to share it, give both claims the same %s annotation", ipamv1alpha1.AllowLocalSharedIPAnnotation)
+}
+
+// heldForUs is the outcome of an "updated" answer naming an address that another
+// claim holds without consent: the IPAM-API had it for this claim's identity already
+// (kept for it after an earlier claim of the identity was released, while the other
+// claim asked for it by name under the same secret). It is never bound twice: this
+// claim keeps its registration and binds the address once the other lets it go.
+func (h *Handler) heldForUs(ctx context.Context, reg *record.Registration) *outcome {
+	other, err := h.unconsenting(ctx, reg)
+	if err != nil || other == nil {
+		return outcomeOf(err)
+	}
+	o := failed(ipamv1alpha1.ClaimReadyAddressInUseReason, fmt.Sprintf("the IPAM-API answered with %s, which it already held for "+
+		"this claim's identity (kept for it after an earlier claim with this identity was released, say), but IPAddressClaim %s/%s "+
+		"is bound to it; %s. This claim keeps the registration and binds %s once %s/%s lets it go", reg.Address, other.Namespace,
+		other.Name, h.shareHint(), reg.Address, other.Namespace, other.Name))
+	return &o
+}
+
+// outcomeOf is nil for no error, else the transient outcome.
+func outcomeOf(err error) *outcome {
+	if err == nil {
+		return nil
+	}
+	o := transient(err)
+	return &o
+}
+
+// shared is the AddressShared condition of a bound claim: who else holds its address,
+// and whether they all consented.
 func (h *Handler) shared(ctx context.Context, rec *record.Registration) (*metav1.Condition, error) {
 	others, err := h.holders(ctx, rec.HostKey())
 	if err != nil || len(others) == 0 {
 		return nil, err
 	}
-	names := make([]string, 0, len(others))
+	mine := shareKey(h.claim)
+	var names, without []string
 	for _, o := range others {
 		names = append(names, o.Namespace+"/"+o.Name)
+		if mine == "" || shareKey(o) != mine {
+			without = append(without, o.Namespace+"/"+o.Name)
+		}
+	}
+	if len(without) > 0 {
+		return &metav1.Condition{Type: ipamv1alpha1.ClaimAddressSharedCondition, Status: metav1.ConditionTrue,
+			Reason: ipamv1alpha1.ClaimAddressSharedWithoutConsentReason,
+			Message: fmt.Sprintf("%s is also bound to IPAddressClaim %s without a share key in common (%s): one of them must "+
+				"request another address", rec.Address, strings.Join(without, ", "), ipamv1alpha1.AllowLocalSharedIPAnnotation)}, nil
 	}
 	return &metav1.Condition{Type: ipamv1alpha1.ClaimAddressSharedCondition, Status: metav1.ConditionTrue, Reason: ipamv1alpha1.ClaimAddressSharedReason,
 		Message: fmt.Sprintf("%s is shared with IPAddressClaim %s (share key in %s)", rec.Address, strings.Join(names, ", "),

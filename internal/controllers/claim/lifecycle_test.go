@@ -300,6 +300,44 @@ var scenarios = []scenario{
 			}
 		},
 	},
+	{
+		// An address retained for a released claim's identity is requested by another
+		// claim under the same secret (the IPAM-API lets any holder of the secret join an
+		// address, and cannot tell the provider who retains one); then the first claim is
+		// created again, and the IPAM-API hands its identity the same address back. It
+		// is never bound to both without consent: the claim that comes back waits,
+		// holding its registration, until the other lets the address go.
+		name: "a retained address is never bound twice",
+		setup: func(w *world) {
+			pools(w)
+			w.create(claimObj("a", "routed", map[string]string{ipamv1alpha1.SecretAnnotation: "old", ipamv1alpha1.RetentionPeriodDaysAnnotation: "7"}))
+			w.settle()
+			x := w.addressOf("a").Spec.Address
+			w.deleteClaims("a")
+			w.settle()
+			w.create(claimObj("b", "routed", map[string]string{ipamv1alpha1.SecretAnnotation: "old", ipamv1alpha1.AddressesAnnotation: x}))
+			w.settle()
+		},
+		act: func(w *world) {
+			x := w.addressOf("b").Spec.Address
+			w.create(claimObj("a", "routed", map[string]string{ipamv1alpha1.SecretAnnotation: "old", ipamv1alpha1.RetentionPeriodDaysAnnotation: "7"}))
+			w.settle()
+			if a := w.addressOf("a"); a != nil && a.Spec.Address == x {
+				w.t.Errorf("%s is bound to claims a and b, neither with a share key", x)
+			}
+			a := w.get(claimObj("a", "", nil)).(*ipamv1.IPAddressClaim)
+			if c := readyOf(a); c == nil || c.Status != metav1.ConditionFalse || c.Reason != ipamv1alpha1.ClaimReadyAddressInUseReason {
+				w.t.Errorf("the claim whose identity got %s back does not say it waits for b: %v", x, a.Status.Conditions)
+			}
+			w.deleteClaims("b")
+			w.settle()
+		},
+		then: func(t *testing.T, w *world) {
+			if a := w.bound(t, "a")[0]; a == nil || a.Spec.Address != "83.118.168.0" {
+				t.Errorf("a did not bind the address its identity holds once b let go: %v", a)
+			}
+		},
+	},
 }
 
 // registerShared has someone outside the cluster hold an address of the subnet pool
@@ -482,4 +520,42 @@ func TestAnIPAddressTheCacheDoesNotShowIsDeletedWithItsClaim(t *testing.T) {
 		t.Errorf("the IPAddress stays after its claim went")
 	}
 	w.check()
+}
+
+// Two claims share an address by consent; one of them drops its share key: both say
+// the address is shared without consent, and neither says it was consented to.
+func TestASharedAddressWithoutConsentIsSaidSo(t *testing.T) {
+	w := newWorld(t)
+	pools(w)
+	share := map[string]string{ipamv1alpha1.SecretAnnotation: "old", ipamv1alpha1.AllowLocalSharedIPAnnotation: "k"}
+	w.create(claimObj("a", "routed", share))
+	w.settle()
+	x := w.addressOf("a").Spec.Address
+	w.create(claimObj("b", "routed", map[string]string{ipamv1alpha1.SecretAnnotation: "old", ipamv1alpha1.AllowLocalSharedIPAnnotation: "k",
+		ipamv1alpha1.AddressesAnnotation: x}))
+	w.settle()
+	for _, n := range []string{"a", "b"} {
+		if c := sharedOf(w, n); c == nil || c.Reason != ipamv1alpha1.ClaimAddressSharedReason {
+			t.Fatalf("claim %s does not say it shares %s by consent: %v", n, x, c)
+		}
+	}
+	b := w.get(claimObj("b", "", nil)).(*ipamv1.IPAddressClaim)
+	delete(b.Annotations, ipamv1alpha1.AllowLocalSharedIPAnnotation)
+	must(t, w.direct.Update(w.ctx, b))
+	w.settle()
+	for _, n := range []string{"a", "b"} {
+		if c := sharedOf(w, n); c == nil || c.Status != metav1.ConditionTrue || c.Reason != ipamv1alpha1.ClaimAddressSharedWithoutConsentReason {
+			t.Errorf("claim %s does not say %s is shared without consent: %v", n, x, c)
+		}
+	}
+}
+
+func sharedOf(w *world, name string) *metav1.Condition {
+	c := w.get(claimObj(name, "", nil)).(*ipamv1.IPAddressClaim)
+	for i := range c.Status.Conditions {
+		if c.Status.Conditions[i].Type == ipamv1alpha1.ClaimAddressSharedCondition {
+			return &c.Status.Conditions[i]
+		}
+	}
+	return nil
 }
