@@ -30,6 +30,11 @@ const (
 	AllowLocalSharedIPAnnotation = annotationPrefix + "allow-local-shared-ip"
 	// PoolAnnotation names the GlobalVitistackIPPool a Service's claims use.
 	PoolAnnotation = annotationPrefix + "pool"
+	// SupersededByAnnotation names, on a Service's claim, the claim of the same Service
+	// that replaces it (the Service controller writes it when the Service moves to
+	// another pool or address). A successor with the same IPAM-API identity takes the
+	// registration over, and the superseded claim then goes without releasing it.
+	SupersededByAnnotation = annotationPrefix + "superseded-by"
 
 	// DefaultSecretName is the value of SecretAnnotation that means the default secret.
 	DefaultSecretName = "default"

@@ -471,6 +471,35 @@ func TestServiceZoneChangeMovesTheAddress(t *testing.T) {
 	g.Eventually(func() *time.Time { return holdersOf(old + "/32")[0].ExpiresAt }, eventually, poll).ShouldNot(BeNil())
 }
 
+// A Service moves to another pool of the same zone and family (the pool annotation):
+// its new claim has the same IPAM-API identity as the old one, takes the registration
+// over and binds the same address, and the old claim goes without releasing it. The
+// published address never changes and never goes empty.
+func TestServiceMovesToAnotherPoolOfTheSameZone(t *testing.T) {
+	g := NewWithT(t)
+	servicePools(t)
+	second := &ipamv1alpha1.GlobalVitistackIPPool{ObjectMeta: metav1.ObjectMeta{Name: "svc-hnet-private-ipv4-second"},
+		Spec: routedPool("hnet-private", ipamv1alpha1.IPv4)}
+	if err := env.Client.Create(ctx, second); client.IgnoreAlreadyExists(err) != nil {
+		t.Fatal(err)
+	}
+	ns := newNamespace(t)
+	svc := published(t, newService(t, ns.Name, "mover", nil), 1)
+	old := svc.Annotations["metallb.io/loadBalancerIPs"]
+
+	patchAnnotations(t, svc, map[string]string{"ipam.vitistack.io/pool": second.Name})
+	g.Eventually(func(g Gomega) {
+		claims := serviceClaims(t, svc)
+		g.Expect(claims).To(HaveLen(1))
+		g.Expect(claims[0].Spec.PoolRef.Name).To(Equal(second.Name))
+		g.Expect(claims[0].Status.AddressRef.Name).NotTo(BeEmpty())
+	}, eventually, poll).Should(Succeed(), "events: %v", eventMessages(t, svc))
+	g.Expect(annotationOf(svc, "metallb.io/loadBalancerIPs")()).To(Equal(old))
+	holders := holdersOf(old + "/32")
+	g.Expect(holders).To(HaveLen(1))
+	g.Expect(holders[0].ExpiresAt).To(BeNil(), "the Service's address was released in the move")
+}
+
 // An address asked for while the first claim is still pending is not stuck behind it.
 func TestServiceAddressChangeWhileFirstClaimPending(t *testing.T) {
 	g := NewWithT(t)

@@ -44,8 +44,8 @@ import (
 // +kubebuilder:rbac:groups="",resources=secrets;configmaps,verbs=get
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
-// Adapter plugs the Vitistack pools into the claim Reconciler (ipamutil's loop): it is
-// the ipamutil.ProviderAdapter.
+// Adapter plugs the Vitistack pools into the claim Reconciler: their watches, and what
+// the claims of one process share.
 type Adapter struct {
 	*registrar.Registrar
 	// Recorder emits events on claims.
@@ -92,7 +92,7 @@ type wake struct {
 	timer *time.Timer
 }
 
-var _ ipamutil.ProviderAdapter = &Adapter{}
+var _ ipamutil.ClaimHandler = &Handler{}
 
 // reconciliationTimeout bounds one reconcile of a claim, as Cluster API's builder
 // bounds the pool and Service reconciles.
@@ -100,8 +100,8 @@ const reconciliationTimeout = time.Minute
 
 var poolKinds = []string{ipamv1alpha1.VitistackIPPoolKind, ipamv1alpha1.GlobalVitistackIPPoolKind}
 
-// SetupWithManager implements ipamutil.ProviderAdapter: it adds this provider's
-// claims, their IPAddresses and the pools to ipamutil's controller.
+// SetupWithManager adds this provider's claims, their IPAddresses and the pools to the
+// claim controller's builder.
 func (a *Adapter) SetupWithManager(_ context.Context, b *ctrl.Builder) error {
 	var claimKinds, addressKinds []predicate.Predicate
 	for _, kind := range poolKinds {
@@ -151,11 +151,6 @@ func (a *Adapter) SetupWithManager(_ context.Context, b *ctrl.Builder) error {
 // Observe tells the adapter what an IPAddress or claim names now (gone: it is
 // deleted), as the cache's events do in a manager; tests without one call it.
 func (a *Adapter) Observe(o client.Object, gone bool) { a.subnets.observe(o, gone) }
-
-// ClaimHandlerFor implements ipamutil.ProviderAdapter.
-func (a *Adapter) ClaimHandlerFor(_ client.Client, claim *ipamv1.IPAddressClaim) ipamutil.ClaimHandler {
-	return &Handler{Adapter: a, claim: claim, written: claim.DeepCopy()}
-}
 
 // wakeAt re-queues the claim at t, besides the back-off of the error it returns now.
 // A claim has one wake at a time: the earliest asked for (its reconcile asks again).

@@ -44,6 +44,13 @@ func (h *Handler) allocate(ctx context.Context, address *ipamv1.IPAddress) outco
 	if h.pool.PoolSpec().Subnet != "" && !reg.Registered {
 		return h.allocateInSubnet(ctx, address, reg)
 	}
+	if reg.Address == "" && !reg.Registered {
+		addr, err := h.takeOver(ctx, reg)
+		if err != nil {
+			return transient(err)
+		}
+		reg.Address = addr
+	}
 	// A registered record without an IPAddress (it was lost, or the claim was restored
 	// or moved without it) is sent again with its address, never without.
 	if o := h.checkIdentityFree(ctx, reg); o != nil {

@@ -31,10 +31,12 @@ func (h *Handler) checkIdentityFree(ctx context.Context, reg *record.Registratio
 	}
 	bound := map[types.UID]bool{} // claims whose IPAddress speaks for them (their own record stays the pending one)
 	for _, a := range addrs.Items {
-		if owner := metav1.GetControllerOf(&a); owner != nil {
+		owner := metav1.GetControllerOf(&a)
+		if owner != nil {
 			bound[owner.UID] = true
 		}
-		if !metav1.IsControlledBy(&a, h.claim) && registrar.HoldersConflict(reg.Address, a.Annotations[ipamv1alpha1.RegisteredAddressAnnotation]) {
+		if !metav1.IsControlledBy(&a, h.claim) && registrar.HoldersConflict(reg.Address, a.Annotations[ipamv1alpha1.RegisteredAddressAnnotation]) &&
+			(owner == nil || !h.supersedesNamed(ctx, a.Namespace, owner.Name)) {
 			other = "IPAddress " + a.Namespace + "/" + a.Name
 		}
 	}
@@ -44,7 +46,8 @@ func (h *Handler) checkIdentityFree(ctx context.Context, reg *record.Registratio
 		return &o
 	}
 	for _, c := range claims.Items {
-		if rec, _ := record.OnClaim(c.Annotations); c.UID != h.claim.UID && !bound[c.UID] && rec != nil && registrar.HoldersConflict(reg.Address, rec.Address) {
+		if rec, _ := record.OnClaim(c.Annotations); c.UID != h.claim.UID && !bound[c.UID] && rec != nil && registrar.HoldersConflict(reg.Address, rec.Address) &&
+			!h.supersedes(&c) {
 			other = "IPAddressClaim " + c.Namespace + "/" + c.Name
 		}
 	}
@@ -100,9 +103,71 @@ func (h *Handler) holders(ctx context.Context, hostKey string) ([]*ipamv1.IPAddr
 			}
 			return nil, errors.Wrap(err, "reading the claim that holds the address")
 		}
-		out = append(out, c)
+		if !h.supersedes(c) && !supersedes(c, h.claim) {
+			out = append(out, c) // a claim handing its registration over to another is no other holder
+		}
 	}
 	return out, nil
+}
+
+// supersedes reports whether claim replaces other: their controller (a Service) marked
+// other as superseded by claim (ipam.vitistack.io/superseded-by), when it moved.
+func supersedes(claim, other client.Object) bool {
+	a, b := metav1.GetControllerOf(claim), metav1.GetControllerOf(other)
+	return a != nil && b != nil && a.UID == b.UID && other.GetNamespace() == claim.GetNamespace() &&
+		other.GetAnnotations()[ipamv1alpha1.SupersededByAnnotation] == claim.GetName()
+}
+
+// supersedes reports whether this claim replaces other.
+func (h *Handler) supersedes(other client.Object) bool { return supersedes(h.claim, other) }
+
+// supersedesNamed is supersedes for the claim of that name (false if it cannot be read).
+func (h *Handler) supersedesNamed(ctx context.Context, namespace, name string) bool {
+	c := &ipamv1.IPAddressClaim{}
+	return h.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, c) == nil && h.supersedes(c)
+}
+
+// takeOver is the address of the registration a claim this claim supersedes holds
+// under the same IPAM-API identity ("" if none): the new claim of a Service moved to
+// another pool of the same IPAM-API, zone and family asks for it, so the Service keeps
+// its address and the two claims never wait for each other.
+func (h *Handler) takeOver(ctx context.Context, reg *record.Registration) (string, error) {
+	addrs := &ipamv1.IPAddressList{}
+	if err := index.ListByRegistration(ctx, h.Client, addrs, reg.Key()); err != nil {
+		return "", errors.Wrap(err, "listing IPAddresses by registration")
+	}
+	for _, a := range addrs.Items {
+		if owner := metav1.GetControllerOf(&a); owner != nil && a.DeletionTimestamp.IsZero() && h.supersedesNamed(ctx, a.Namespace, owner.Name) {
+			if rec, err := record.OnAddress(a.Labels, a.Annotations); err == nil && rec != nil && rec.Secret.Equal(reg.Secret) {
+				return rec.Address, nil
+			}
+		}
+	}
+	return "", nil
+}
+
+// handedOver reports whether the claim that supersedes this one holds its registration
+// now (bound to the same identity, address and secret): then this claim goes without
+// releasing it.
+func (h *Handler) handedOver(ctx context.Context, reg *record.Registration) (bool, error) {
+	name := h.claim.Annotations[ipamv1alpha1.SupersededByAnnotation]
+	if name == "" {
+		return false, nil
+	}
+	next := &ipamv1.IPAddressClaim{}
+	if err := h.Client.Get(ctx, client.ObjectKey{Namespace: h.claim.Namespace, Name: name}, next); err != nil {
+		return false, client.IgnoreNotFound(errors.Wrap(err, "reading the claim that supersedes this one"))
+	}
+	addr := &ipamv1.IPAddress{}
+	if !supersedes(next, h.claim) || !next.DeletionTimestamp.IsZero() {
+		return false, nil
+	}
+	if err := h.Client.Get(ctx, client.ObjectKeyFromObject(next), addr); err != nil {
+		return false, client.IgnoreNotFound(errors.Wrap(err, "reading the IPAddress of the claim that supersedes this one"))
+	}
+	rec, err := record.OnAddress(addr.Labels, addr.Annotations)
+	return err == nil && rec != nil && metav1.IsControlledBy(addr, next) && addr.DeletionTimestamp.IsZero() &&
+		rec.Key() == reg.Key() && rec.HostKey() == reg.HostKey() && rec.Secret.Equal(reg.Secret), nil
 }
 
 // checkShare refuses a requested address that another claim in the cluster holds,

@@ -19,8 +19,8 @@ import (
 )
 
 // Handler allocates and releases the address of one IPAddressClaim through the
-// IPAM-API. It implements ipamutil.ClaimHandler; the Reconciler (ipamutil's loop)
-// calls FetchPool first, then EnsureAddress on every reconcile of a live claim (inside
+// IPAM-API. It implements ipamutil.ClaimHandler; the Reconciler (a loop modelled on
+// ipamutil's) calls FetchPool first, then EnsureAddress on every reconcile of a live claim (inside
 // the create-or-patch of its IPAddress) or ReleaseAddress on a deleted one, and patches the
 // claim afterwards.
 type Handler struct {

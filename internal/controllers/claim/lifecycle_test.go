@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -338,6 +339,56 @@ var scenarios = []scenario{
 			}
 		},
 	},
+	{
+		// A Service moves to another pool of the same zone and family: its controller
+		// makes the new claim before it deletes the old one, and marks the old one as
+		// superseded by it. Both carry the Service's IPAM-API identity, so the new claim
+		// takes the registration over (the same address) instead of waiting for the old
+		// one to go, and the old one goes without releasing what the new one holds.
+		name: "a Service's claim moves to another pool of the same zone",
+		setup: func(w *world) {
+			for _, name := range []string{"svc-a", "svc-b"} {
+				w.create(&ipamv1alpha1.VitistackIPPool{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: name},
+					Spec: ipamv1alpha1.VitistackIPPoolSpec{Zone: "inet", IPFamily: ipamv1alpha1.IPv4, AllowIdentityOverrides: true}})
+			}
+			w.create(secretObj("old", "old-secret-value-1"))
+			w.create(serviceClaim("web-ipv4", "svc-a"))
+			w.settle()
+		},
+		act: func(w *world) {
+			old := w.get(claimObj("web-ipv4", "", nil)).(*ipamv1.IPAddressClaim)
+			old.Annotations[ipamv1alpha1.SupersededByAnnotation] = "web-ipv4-moved"
+			must(w.t, w.direct.Update(w.ctx, old))
+			w.create(serviceClaim("web-ipv4-moved", "svc-b"))
+			w.settle()
+			// The Service controller deletes the old claim once the new one is bound.
+			if w.addressOf("web-ipv4-moved") == nil {
+				w.t.Errorf("the new claim is not bound while the old one exists: the move waits for ever\n%s", w.describe())
+				return
+			}
+			w.deleteClaims("web-ipv4")
+			w.settle()
+		},
+		then: func(t *testing.T, w *world) {
+			a := w.bound(t, "web-ipv4-moved")[0]
+			if a != nil && a.Spec.Address != "83.118.168.0" {
+				t.Errorf("the moved claim got %s, want the Service's address 83.118.168.0", a.Spec.Address)
+			}
+			if live := w.live(); len(live) != 1 || len(live["83.118.168.0/32"]) != 1 {
+				t.Errorf("the stand-in holds %v, want the Service's address for its identity alone", live)
+			}
+			if n := w.api.Stats().Total(sim.RouteRelease); n != 0 {
+				t.Errorf("the move sent %d releases, want none", n)
+			}
+		},
+	},
+}
+
+// serviceClaim is a claim the Service controller makes for Service web.
+func serviceClaim(name, pool string) *ipamv1.IPAddressClaim {
+	c := claimObj(name, pool, map[string]string{ipamv1alpha1.SecretAnnotation: "old", ipamv1alpha1.ServiceNameAnnotation: "web"})
+	c.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Service", Name: "web", UID: "uid-web", Controller: ptr.To(true)}}
+	return c
 }
 
 // registerShared has someone outside the cluster hold an address of the subnet pool

@@ -30,12 +30,12 @@ import (
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/index"
 )
 
-// Reconciler reconciles the IPAddressClaims of this provider's pools. It is
-// ipamutil.ClaimReconciler's loop (v1.1.0: the finalizer first, FetchPool, the
+// Reconciler reconciles the IPAddressClaims of this provider's pools. Its loop is
+// modelled on ipamutil.ClaimReconciler (v1.1.0: the finalizer first, FetchPool, the
 // IPAddress created or patched around EnsureAddress, ReleaseAddress on deletion, the
-// same finalizers, owner references and pausing), with the Adapter and Handler as its
-// ipamutil.ProviderAdapter and ipamutil.ClaimHandler. One thing differs, and it is why
-// the loop lives here: ipamutil's Cluster API patch helper writes a claim's conditions
+// same finalizers, owner references and pausing), calling the Handler's methods of
+// ipamutil.ClaimHandler. ipamutil's reconciler is not used, for one reason: its
+// Cluster API patch helper writes a claim's conditions
 // and its addressRef in two status patches, and re-sends annotations the handler has
 // already written. Here the claim's metadata and its status each go out in at most one
 // patch, holding only what changed since the last write, and the finalizer goes out

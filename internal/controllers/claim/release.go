@@ -111,6 +111,12 @@ func (h *Handler) release(ctx context.Context) outcome {
 		reg.Address = res.Address
 	}
 
+	if over, err := h.handedOver(ctx, reg); err != nil {
+		return releaseFailed(err.Error())
+	} else if over {
+		return h.released(ctx, reg, "Handed the registration over to the claim that supersedes this one: nothing to release",
+			"supersededBy", h.claim.Annotations[ipamv1alpha1.SupersededByAnnotation])
+	}
 	if _, err := api.Release(ctx, reg.Request(sec.Value)); err != nil {
 		// With the owning value (the fingerprint matched), "not held" means released:
 		// already, or by the retention sweeper.

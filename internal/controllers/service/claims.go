@@ -83,6 +83,12 @@ func (r *Reconciler) reconcileFamily(ctx context.Context, svc *corev1.Service, s
 	if addrs.of(current) == "" {
 		r.reportClaim(svc, current)
 		// Make before break: the old address stays published until the new one is bound.
+		// The old claims are marked as superseded by the new one: with the same IPAM-API
+		// identity (another pool of the same IPAM-API, zone and family), the new claim
+		// takes their registration over instead of waiting for them to go.
+		if err := r.supersede(ctx, claims, current); err != nil {
+			return "", err
+		}
 		return addrs.of(bound), nil
 	}
 	var stale []ipamv1.IPAddressClaim
@@ -96,6 +102,25 @@ func (r *Reconciler) reconcileFamily(ctx context.Context, svc *corev1.Service, s
 	}
 	r.reportRotation(svc, current)
 	return addrs.of(current), nil
+}
+
+// supersede marks the Service's other claims of the family as superseded by current.
+func (r *Reconciler) supersede(ctx context.Context, claims []ipamv1.IPAddressClaim, current *ipamv1.IPAddressClaim) error {
+	for i := range claims {
+		c := &claims[i]
+		if c.UID == current.UID || !c.DeletionTimestamp.IsZero() || c.Annotations[ipamv1alpha1.SupersededByAnnotation] == current.Name {
+			continue
+		}
+		before := c.DeepCopy()
+		if c.Annotations == nil {
+			c.Annotations = map[string]string{}
+		}
+		c.Annotations[ipamv1alpha1.SupersededByAnnotation] = current.Name
+		if err := r.Client.Patch(ctx, c, client.MergeFrom(before)); client.IgnoreNotFound(err) != nil {
+			return errors.Wrapf(err, "marking IPAddressClaim %s as superseded by %s", c.Name, current.Name)
+		}
+	}
+	return nil
 }
 
 // claimFits reports whether a claim's pool still serves the Service's zone and the
