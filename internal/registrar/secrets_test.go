@@ -201,3 +201,40 @@ func TestARefusedDefaultSecretKeepsItsValueOutOfTheError(t *testing.T) {
 		}
 	}
 }
+
+// A read of a Secret that began before the Secret was forgotten (the protector let it
+// go) is not kept for the next claim: it may show the Secret protected when it is not
+// any more. A read that begins after is.
+func TestAReadUnderWayWhenTheSecretIsForgottenIsNotKept(t *testing.T) {
+	ref := record.ObjectRef{Namespace: "ns", Name: "owner", Key: "secret"}
+	var s *registrar.Secrets
+	gets, forgetDuring := 0, true
+	c := interceptor.NewClient(fake.NewClientBuilder().WithObjects(protectedSecret("owner", "secret")).Build(), interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			gets++
+			err := c.Get(ctx, key, obj, opts...)
+			if forgetDuring {
+				s.Forget(key) // the protector lets the Secret go while this read is under way
+			}
+			return err
+		},
+	})
+	s = &registrar.Secrets{Reader: c, Writer: c}
+	read := func() {
+		t.Helper()
+		if _, err := s.GetRecent(context.Background(), ref, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read()
+	read()
+	if gets != 2 {
+		t.Fatalf("%d reads, want 2: a read under way when the Secret was forgotten served the next claim", gets)
+	}
+	forgetDuring = false
+	read()
+	read()
+	if gets != 3 {
+		t.Errorf("%d reads, want 3: a read of a Secret nobody forgot was not kept for the next claim", gets)
+	}
+}
