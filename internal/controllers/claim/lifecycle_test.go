@@ -382,6 +382,47 @@ var scenarios = []scenario{
 			}
 		},
 	},
+	{
+		// A Service switches family (ipv4 to ipv6): its controller makes the IPv6 claim,
+		// marks the IPv4 one as superseded by it, and deletes it once the IPv6 one is
+		// bound. Another family is another IPAM-API identity: nothing is taken over, the
+		// IPv4 address is released, and nothing waits for anything.
+		name: "a Service's claim switches family",
+		setup: func(w *world) {
+			for name, fam := range map[string]ipamv1alpha1.IPFamily{"svc-v4": ipamv1alpha1.IPv4, "svc-v6": ipamv1alpha1.IPv6} {
+				w.create(&ipamv1alpha1.VitistackIPPool{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: name},
+					Spec: ipamv1alpha1.VitistackIPPoolSpec{Zone: "inet", IPFamily: fam, AllowIdentityOverrides: true}})
+			}
+			w.create(secretObj("old", "old-secret-value-1"))
+			w.create(serviceClaim("web-ipv4", "svc-v4"))
+			w.settle()
+		},
+		act: func(w *world) {
+			old := w.get(claimObj("web-ipv4", "", nil)).(*ipamv1.IPAddressClaim)
+			old.Annotations[ipamv1alpha1.SupersededByAnnotation] = "web-ipv6"
+			must(w.t, w.direct.Update(w.ctx, old))
+			w.create(serviceClaim("web-ipv6", "svc-v6"))
+			w.settle()
+			if w.addressOf("web-ipv6") == nil {
+				w.t.Errorf("the IPv6 claim is not bound while the IPv4 one exists: the switch waits for ever\n%s", w.describe())
+				return
+			}
+			w.deleteClaims("web-ipv4")
+			w.settle()
+		},
+		then: func(t *testing.T, w *world) {
+			if c := claimObj("web-ipv4", "", nil); w.direct.Get(w.ctx, client.ObjectKeyFromObject(c), c) == nil {
+				t.Errorf("the IPv4 claim stays: finalizers %v, conditions %v", c.Finalizers, c.Status.Conditions)
+			}
+			a := w.bound(t, "web-ipv6")[0]
+			if a == nil {
+				return
+			}
+			if live := w.live(); len(live) != 1 || len(live[a.Spec.Address+"/128"]) != 1 {
+				t.Errorf("the stand-in holds %v, want the IPv6 address alone", live)
+			}
+		},
+	},
 }
 
 // serviceClaim is a claim the Service controller makes for Service web.
