@@ -44,6 +44,9 @@ const (
 	ClaimReadyAllocatedReason = "Allocated"
 	// ClaimReadySecretNotFoundReason: the Secret that owns the address does not exist.
 	ClaimReadySecretNotFoundReason = "SecretNotFound"
+	// ClaimReadySecretInvalidReason: the Secret's value is not 8 to 64 characters long,
+	// as the IPAM-API requires (as for pools).
+	ClaimReadySecretInvalidReason = "SecretInvalid"
 	// ClaimReadyInvalidAnnotationReason: an ipam.vitistack.io annotation on the claim
 	// has a value that cannot be used.
 	ClaimReadyInvalidAnnotationReason = "InvalidAnnotation"

@@ -295,7 +295,7 @@ func TestClaimConditionsForUserFixableFailures(t *testing.T) {
 		g := NewWithT(t)
 		pool := newPool(t, ns.Name, "needs-secret", routedPool("inet", ipamv1alpha1.IPv4))
 		claim := newClaim(t, ns.Name, "no-secret", pool.Name, map[string]string{"ipam.vitistack.io/secret": "nope"})
-		cond := readyCondition(t, claim, metav1.ConditionFalse, "AllocationFailed")
+		cond := readyCondition(t, claim, metav1.ConditionFalse, "SecretNotFound")
 		g.Expect(cond.Message).To(ContainSubstring("Secret " + ns.Name + "/nope with key secret not found"))
 		g.Expect(cond.Message).To(ContainSubstring("create it"))
 		hasEvent(t, claim, corev1.EventTypeWarning, "SecretNotFound", "nope")
@@ -450,4 +450,34 @@ func TestChangeWhilePendingReachesTheRegistration(t *testing.T) {
 		g.Expect(held[0].Holders).To(HaveLen(1))
 		g.Expect(held[0].Holders[0].RetentionPeriodDays).To(Equal(9))
 	}, eventually, poll).Should(Succeed())
+}
+
+// A claim whose pool is another provider's kind or API group is none of this
+// provider's business (the Cluster API contract): it gets no finalizer, no condition
+// and no event, here or from anyone else on this control plane. The troubleshooting
+// table in the README says so ("my claim does nothing").
+func TestAClaimOfAnotherProvidersPoolIsLeftAlone(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	foreign := map[string]ipamv1.IPPoolReference{
+		"in-cluster": {APIGroup: "ipam.cluster.x-k8s.io", Kind: "InClusterIPPool", Name: "nodes"},
+		"other-kind": {APIGroup: ipamv1alpha1.GroupVersion.Group, Kind: "VitistackIPRange", Name: "nodes"},
+	}
+	var claims []*ipamv1.IPAddressClaim
+	for name, ref := range foreign {
+		c := &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: name}, Spec: ipamv1.IPAddressClaimSpec{PoolRef: ref}}
+		g.Expect(env.Client.Create(ctx, c)).To(Succeed())
+		claims = append(claims, c)
+	}
+	// A claim of this provider made after them is bound: the manager has seen theirs.
+	pool := newPool(t, ns.Name, "inet-v4", routedPool("inet", ipamv1alpha1.IPv4))
+	boundAddress(t, newClaim(t, ns.Name, "ours", pool.Name, nil))
+	for _, c := range claims {
+		got := &ipamv1.IPAddressClaim{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(c), got)).To(Succeed())
+		g.Expect(got.Finalizers).To(BeEmpty(), "claim %s", c.Name)
+		g.Expect(got.Status.Conditions).To(BeEmpty(), "claim %s", c.Name)
+		g.Expect(got.Annotations).To(BeEmpty(), "claim %s", c.Name)
+		g.Expect(eventsFor(t, got)).To(BeEmpty(), "claim %s", c.Name)
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/record"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi"
 )
 
@@ -130,6 +131,9 @@ func Parse(svc *corev1.Service, defaultZone string) (*Spec, field.ErrorList) {
 	s.Secret = get(ipamv1alpha1.SecretAnnotation, ipamv1alpha1.DefaultSecretName)
 	if s.Secret == "" {
 		s.Secret = ipamv1alpha1.DefaultSecretName
+	}
+	if problem := record.SecretNameProblem(s.Secret, ipamv1alpha1.DefaultSecretName); problem != "" {
+		errs = append(errs, field.Invalid(path.Key(ipamv1alpha1.SecretAnnotation), s.Secret, problem))
 	}
 	s.SharingKey = get(ipamv1alpha1.AllowLocalSharedIPAnnotation, "")
 	if v := get(ipamv1alpha1.PoolAnnotation, ""); v != "" {

@@ -5,10 +5,25 @@ import (
 
 	"github.com/pkg/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // DefaultSecretKey is the key of the value in every IPAM-API secret.
 const DefaultSecretKey = "secret"
+
+// SecretNameProblem says what is wrong with the Secret name an ipam.vitistack.io/secret
+// annotation gives ("" when nothing is; keyword is the default secret's keyword, which
+// is no Secret name).
+func SecretNameProblem(name, keyword string) string {
+	if name == keyword || len(validation.IsDNS1123Subdomain(name)) == 0 {
+		return ""
+	}
+	hint := "name a Secret of the same namespace"
+	if strings.EqualFold(name, keyword) {
+		hint = "the keyword for the provider's default secret is \"" + keyword + "\", in lower case"
+	}
+	return "\"" + name + "\" is not a valid Secret name (lower-case letters, digits, '-' and '.'); " + hint
+}
 
 // ObjectRef names a key of a Secret, or of a ConfigMap or Secret holding a CA bundle.
 type ObjectRef struct {

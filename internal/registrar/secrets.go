@@ -28,12 +28,17 @@ import (
 // SecretNotFoundError marks a Secret (or key) that does not exist: a user must create it.
 type SecretNotFoundError struct {
 	Ref record.ObjectRef
+	// NoKey is true when the Secret exists but has no key Ref.Key.
+	NoKey bool
 	// Hint says what to do, when there is more to say than "create it".
 	Hint string
 }
 
 func (e *SecretNotFoundError) Error() string {
 	s := "Secret " + e.Ref.Namespace + "/" + e.Ref.Name + " with key " + e.Ref.Key + " not found"
+	if e.NoKey {
+		s = "Secret " + e.Ref.Namespace + "/" + e.Ref.Name + " has no key \"" + e.Ref.Key + "\""
+	}
 	if e.Hint != "" {
 		s += ": " + e.Hint
 	}
@@ -391,7 +396,8 @@ func (s *Secrets) Get(ctx context.Context, ref record.ObjectRef, createDefault b
 func secretFrom(ref record.ObjectRef, sec *corev1.Secret) (*Secret, error) {
 	v, ok := sec.Data[ref.Key]
 	if !ok {
-		return nil, &SecretNotFoundError{Ref: ref}
+		return nil, &SecretNotFoundError{Ref: ref, NoKey: true,
+			Hint: "add the key \"" + ref.Key + "\" with the IPAM-API secret (8 to 64 characters) to it"}
 	}
 	if n := utf8.RuneCount(v); n < 8 || n > 64 { // the IPAM-API counts characters
 		return nil, &SecretInvalidError{Ref: ref, N: n, ResourceVersion: sec.ResourceVersion}

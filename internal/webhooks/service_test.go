@@ -119,6 +119,9 @@ func TestServiceWebhookRejectsBadAnnotations(t *testing.T) {
 			want: []string{`metadata.annotations[ipam.vitistack.io/retention-period-days]: Invalid value: "31": must be from 0 to 30 days`}},
 		{name: "deny-external-cleanup that is no boolean", ann: map[string]string{denyAnn: "maybe"},
 			want: []string{`metadata.annotations[ipam.vitistack.io/deny-external-cleanup]: Invalid value: "maybe": must be "true" or "false"`}},
+		{name: "the default secret's keyword in capitals", ann: map[string]string{"ipam.vitistack.io/secret": "Default"},
+			want: []string{`metadata.annotations[ipam.vitistack.io/secret]: Invalid value: "Default": "Default" is not a valid Secret name ` +
+				`(lower-case letters, digits, '-' and '.'); the keyword for the provider's default secret is "default", in lower case`}},
 		// 5. pools
 		{name: "zone without a pool of the family", ann: map[string]string{zoneAnn: p.v6OnlyZn},
 			want: []string{fmt.Sprintf(`metadata.annotations[ipam.vitistack.io/ip-family]: Invalid value: "ipv4": zone %s has no GlobalVitistackIPPool for ipv4: `+

@@ -104,10 +104,10 @@ func (h *Handler) connect(ctx context.Context, reg *record.Registration) (ipamap
 			msg = fmt.Sprintf("%s: create it (type Opaque, key %q), or change the %s annotation or the pool's secretRef",
 				msg, nf.Ref.Key, ipamv1alpha1.SecretAnnotation)
 		}
-		o := h.refuse(ctx, failed(ipamv1.IPAddressClaimReadyAllocationFailedReason, msg).withEvent(ipamv1alpha1.ClaimReadySecretNotFoundReason), version, reg, false)
+		o := h.refuse(ctx, failed(ipamv1alpha1.ClaimReadySecretNotFoundReason, msg), version, reg, false)
 		return nil, nil, &o
 	case errors.As(err, &inv):
-		o := h.refuse(ctx, failed(ipamv1.IPAddressClaimReadyAllocationFailedReason, inv.Error()).withEvent(ipamv1alpha1.ClaimReadySecretNotFoundReason), version, reg, false)
+		o := h.refuse(ctx, failed(ipamv1alpha1.ClaimReadySecretInvalidReason, inv.Error()), version, reg, false)
 		return nil, nil, &o
 	case err != nil:
 		o := transient(err)

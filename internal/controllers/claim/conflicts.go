@@ -216,6 +216,10 @@ func (h *Handler) shareHint() string {
 	if shareKey(h.claim) != "" {
 		return fmt.Sprintf("it declares another share key (%s) or none", ipamv1alpha1.AllowLocalSharedIPAnnotation)
 	}
+	if _, empty := h.claim.Annotations[ipamv1alpha1.AllowLocalSharedIPAnnotation]; empty {
+		return fmt.Sprintf("this claim's %s is empty, and an empty share key is no share key: to share it, give both claims "+
+			"the same non-empty value", ipamv1alpha1.AllowLocalSharedIPAnnotation)
+	}
 	return fmt.Sprintf("to share it, give both claims the same %s annotation", ipamv1alpha1.AllowLocalSharedIPAnnotation)
 }
 

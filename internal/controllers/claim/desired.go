@@ -143,10 +143,12 @@ func (h *Handler) overrides(reg *record.Registration) error {
 		}
 		reg.DenyExternalCleanup = b
 	}
-	switch v := strings.TrimSpace(ann[ipamv1alpha1.SecretAnnotation]); v {
-	case "":
-	case ipamv1alpha1.DefaultSecretName:
+	switch v := strings.TrimSpace(ann[ipamv1alpha1.SecretAnnotation]); {
+	case v == "":
+	case v == ipamv1alpha1.DefaultSecretName:
 		reg.Secret = h.DefaultSecretRef()
+	case record.SecretNameProblem(v, ipamv1alpha1.DefaultSecretName) != "":
+		return invalidAnnotation(ipamv1alpha1.SecretAnnotation, "%s", record.SecretNameProblem(v, ipamv1alpha1.DefaultSecretName))
 	default:
 		reg.Secret = record.ObjectRef{Namespace: h.claim.Namespace, Name: v, Key: record.DefaultSecretKey}
 	}

@@ -651,3 +651,24 @@ func sharedOf(w *world, name string) *metav1.Condition {
 	}
 	return nil
 }
+
+// Two claims that give allow-local-shared-ip as "" do not share an address, and the
+// refusal says an empty key is no key (not to give both the same key: they have).
+func TestAnEmptyShareKeyIsNoKey(t *testing.T) {
+	w := newWorld(t)
+	pools(w)
+	w.create(claimObj("a", "routed", map[string]string{ipamv1alpha1.SecretAnnotation: "old", ipamv1alpha1.AllowLocalSharedIPAnnotation: ""}))
+	w.settle()
+	x := w.addressOf("a").Spec.Address
+	w.create(claimObj("b", "routed", map[string]string{ipamv1alpha1.SecretAnnotation: "old", ipamv1alpha1.AllowLocalSharedIPAnnotation: "",
+		ipamv1alpha1.AddressesAnnotation: x}))
+	w.run(3)
+	b := w.get(claimObj("b", "", nil)).(*ipamv1.IPAddressClaim)
+	c := readyOf(b)
+	if c == nil || c.Reason != ipamv1alpha1.ClaimReadyAddressInUseReason || !strings.Contains(c.Message, "an empty share key is no share key") {
+		t.Errorf("the claim with an empty share key is not told that it is none: %v", b.Status.Conditions)
+	}
+	if w.addressOf("b") != nil {
+		t.Errorf("%s was bound to two claims without a share key", x)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -25,6 +26,7 @@ func TestOutcomes(t *testing.T) {
 		claim  map[string]string
 		owner  string // the claim is controlled by this Service
 		fault  func(*sim.Server)
+		secret *corev1.Secret // created first
 		reason string
 		event  string
 		text   string
@@ -56,7 +58,15 @@ func TestOutcomes(t *testing.T) {
 		{name: "address outside the zone", pool: inet, claim: map[string]string{ipamv1alpha1.AddressesAnnotation: "192.0.2.5"},
 			reason: "AllocationFailed", event: "AddressNotInZone", text: "does not belong to zone inet"},
 		{name: "missing Secret", pool: inet, claim: map[string]string{ipamv1alpha1.SecretAnnotation: "nope"},
-			reason: "AllocationFailed", event: "SecretNotFound", text: "apps/nope with key secret not found"},
+			reason: "SecretNotFound", text: "apps/nope with key secret not found: create it"},
+		{name: "Secret without the key", pool: inet, claim: map[string]string{ipamv1alpha1.SecretAnnotation: "nokey"},
+			secret: &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "nokey"}, Data: map[string][]byte{"password": []byte("0123456789")}},
+			reason: "SecretNotFound", text: `Secret apps/nokey has no key "secret": add the key "secret"`},
+		{name: "Secret value too short", pool: inet, claim: map[string]string{ipamv1alpha1.SecretAnnotation: "short"},
+			secret: secretObj("short", "abcdef"), reason: "SecretInvalid", text: "must be 8 to 64 characters long for the IPAM-API (it has 6)"},
+		{name: "the default keyword in capitals", pool: inet, claim: map[string]string{ipamv1alpha1.SecretAnnotation: "Default"},
+			reason: "AllocationFailed", event: "InvalidAnnotation",
+			text: `"Default" is not a valid Secret name (lower-case letters, digits, '-' and '.'); the keyword for the provider's default secret is "default", in lower case`},
 		{name: "bad retention", pool: inet, claim: map[string]string{ipamv1alpha1.RetentionPeriodDaysAnnotation: "31"},
 			reason: "AllocationFailed", event: "InvalidAnnotation", text: "retention-period-days"},
 		{name: "identity override without the pool's leave", pool: inet, claim: map[string]string{ipamv1alpha1.ClusterIDAnnotation: "theirs"},
@@ -75,6 +85,9 @@ func TestOutcomes(t *testing.T) {
 				pool.Status.Conditions = []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Ready", LastTransitionTime: metav1.Now()}}
 			}
 			w.create(pool)
+			if c.secret != nil {
+				w.create(c.secret)
+			}
 			if c.fault != nil {
 				c.fault(w.api)
 			}
