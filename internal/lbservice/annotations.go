@@ -46,14 +46,38 @@ func Defaults(zone, sharingKey string) map[string]string {
 
 // Spec is what a Service's annotations ask for.
 type Spec struct {
-	Zone                string
-	Families            []ipamapi.Family          // ipv4, ipv6, or both (dual) in that order
-	Addresses           map[ipamapi.Family]string // requested, canonical CIDR, at most one per family
+	Zone      string
+	Families  []ipamapi.Family          // ipv4, ipv6, or both (dual) in that order
+	Addresses map[ipamapi.Family]string // requested, canonical CIDR, at most one per family
+	// Dropped are addresses the addresses annotation names of a family the Service does
+	// not ask for (any more): after a switch from dual stack, the address the
+	// controller wrote for the family dropped. The controller writes the annotation
+	// without them; the webhook refuses a user who writes one (DroppedErrors).
+	Dropped             map[ipamapi.Family]string
 	RetentionPeriodDays int
 	DenyExternalCleanup bool
 	Secret              string   // a Secret in the Service's namespace, or "default"
 	SharingKey          string   // allow-local-shared-ip
 	Pools               []string // ipam.vitistack.io/pool: explicit GlobalVitistackIPPool names
+}
+
+// DroppedErrors reports the addresses of families the Service does not ask for as the
+// user's mistake (the webhook calls it unless the addresses annotation is the one the
+// Service had before, which the controller then corrects).
+func DroppedErrors(svc *corev1.Service, s *Spec) field.ErrorList {
+	var errs field.ErrorList
+	p := field.NewPath("metadata", "annotations").Key(ipamv1alpha1.AddressesAnnotation)
+	for _, fam := range []ipamapi.Family{ipamapi.FamilyIPv4, ipamapi.FamilyIPv6} {
+		if _, ok := s.Dropped[fam]; ok {
+			family := svc.Annotations[ipamv1alpha1.IPFamilyAnnotation]
+			if family == "" {
+				family = FamilyIPv4
+			}
+			errs = append(errs, field.Invalid(p, svc.Annotations[ipamv1alpha1.AddressesAnnotation], fmt.Sprintf("has an %s address, but %s is %q: "+
+				"remove it, or ask for %s", fam, ipamv1alpha1.IPFamilyAnnotation, family, FamilyDual)))
+		}
+	}
+	return errs
 }
 
 // Parse reads the annotations; missing ones take their defaults (defaultZone for the
@@ -102,10 +126,13 @@ func Parse(svc *corev1.Service, defaultZone string) (*Spec, field.ErrorList) {
 			}
 			s.Addresses[fam] = netip.PrefixFrom(a, a.BitLen()).String()
 		}
-		for fam := range s.Addresses {
+		for fam, a := range s.Addresses {
 			if !slices.Contains(s.Families, fam) {
-				errs = append(errs, field.Invalid(p, v, fmt.Sprintf("has an %s address, but %s is %q", fam, ipamv1alpha1.IPFamilyAnnotation,
-					get(ipamv1alpha1.IPFamilyAnnotation, FamilyIPv4))))
+				if s.Dropped == nil {
+					s.Dropped = map[ipamapi.Family]string{}
+				}
+				s.Dropped[fam] = a
+				delete(s.Addresses, fam)
 			}
 		}
 	}

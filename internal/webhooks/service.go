@@ -68,7 +68,7 @@ func (w *Service) ValidateCreate(ctx context.Context, svc *corev1.Service) (admi
 	if !w.serves(svc) {
 		return nil, nil
 	}
-	return nil, w.validate(ctx, svc)
+	return nil, w.validate(ctx, nil, svc)
 }
 
 // ValidateUpdate checks the annotations of the updated Service. An update that leaves
@@ -83,7 +83,7 @@ func (w *Service) ValidateUpdate(ctx context.Context, oldSvc, svc *corev1.Servic
 	if w.serves(oldSvc) && sameServiceSpec(oldSvc, svc) && onlyRemovesAnnotations(oldSvc, svc) {
 		return nil, nil
 	}
-	return nil, w.validate(ctx, svc)
+	return nil, w.validate(ctx, oldSvc, svc)
 }
 
 // ValidateDelete allows every delete: releasing is the controller's job.
@@ -126,9 +126,15 @@ func onlyRemovesAnnotations(a, b *corev1.Service) bool {
 var ipamAnnotationPrefix = ipamv1alpha1.GroupVersion.Group + "/"
 
 // validate returns nil, an Invalid error listing every problem of svc's annotations,
-// or an InternalError when a lookup failed.
-func (w *Service) validate(ctx context.Context, svc *corev1.Service) error {
+// or an InternalError when a lookup failed. An address of a family the Service no
+// longer asks for is a problem only if the update wrote it (old: the Service before, nil
+// on create): after a switch from dual stack, the addresses annotation still holds the
+// address of the family dropped, and the controller removes it.
+func (w *Service) validate(ctx context.Context, old, svc *corev1.Service) error {
 	spec, errs := lbservice.Parse(svc, w.DefaultZone)
+	if old == nil || old.Annotations[ipamv1alpha1.AddressesAnnotation] != svc.Annotations[ipamv1alpha1.AddressesAnnotation] {
+		errs = append(errs, lbservice.DroppedErrors(svc, spec)...)
+	}
 
 	poolErrs, err := w.checkPools(ctx, svc, spec)
 	if err != nil {

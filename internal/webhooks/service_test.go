@@ -111,7 +111,7 @@ func TestServiceWebhookRejectsBadAnnotations(t *testing.T) {
 		{name: "unparsable address", ann: map[string]string{addressesAnn: "10.1.0.300"},
 			want: []string{`metadata.annotations[ipam.vitistack.io/addresses]: Invalid value: "10.1.0.300": "10.1.0.300" is not an IP address; give bare IP addresses, comma-separated, one per family`}},
 		{name: "address of a family not asked for", ann: map[string]string{zoneAnn: "inet", addressesAnn: "2a05:1234::5"},
-			want: []string{`metadata.annotations[ipam.vitistack.io/addresses]: Invalid value: "2a05:1234::5": has an ipv6 address, but ipam.vitistack.io/ip-family is "ipv4"`}},
+			want: []string{`metadata.annotations[ipam.vitistack.io/addresses]: Invalid value: "2a05:1234::5": has an ipv6 address, but ipam.vitistack.io/ip-family is "ipv4": remove it, or ask for dual`}},
 		// 4. numbers and booleans
 		{name: "retention that is no number", ann: map[string]string{retentionAnn: "ten"},
 			want: []string{`metadata.annotations[ipam.vitistack.io/retention-period-days]: Invalid value: "ten": must be a whole number of days from 0 to 30`}},
@@ -296,6 +296,34 @@ func TestServiceWebhookUpdates(t *testing.T) {
 	g.Expect(err).To(HaveOccurred())
 	g.Expect(err.Error()).To(ContainSubstring(`Invalid value: "nowhere": unknown zone`))
 
+	g.Expect(env.Client.Delete(ctx, svc)).To(Succeed())
+}
+
+// A dual-stack Service goes to ipv4 by its ip-family annotation alone: the addresses
+// annotation still names the IPv6 address the controller wrote, which it takes out, so
+// the update passes. A user who writes an address of a family not asked for is refused.
+func TestServiceWebhookLetsAFamilyGo(t *testing.T) {
+	g := NewWithT(t)
+	p := serviceSetup(t)
+	svc := lbService(p.ns, "dual", map[string]string{zoneAnn: "inet", familyAnn: "dual", addressesAnn: "83.118.168.5,2a05:1234::5"})
+	dualStack(svc)
+	g.Expect(env.Client.Create(ctx, svc)).To(Succeed())
+	key := client.ObjectKeyFromObject(svc)
+	update := func(mutate func(*corev1.Service)) error {
+		return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			s := &corev1.Service{}
+			if err := env.Client.Get(ctx, key, s); err != nil {
+				return err
+			}
+			mutate(s)
+			return env.Client.Update(ctx, s)
+		})
+	}
+	g.Expect(update(func(s *corev1.Service) { s.Annotations[familyAnn] = "ipv4" })).To(Succeed())
+	err := update(func(s *corev1.Service) { s.Annotations[addressesAnn] = "83.118.168.6,2a05:1234::6" })
+	g.Expect(err).To(HaveOccurred())
+	g.Expect(err.Error()).To(ContainSubstring(`metadata.annotations[ipam.vitistack.io/addresses]: Invalid value: "83.118.168.6,2a05:1234::6": ` +
+		`has an ipv6 address, but ipam.vitistack.io/ip-family is "ipv4": remove it, or ask for dual`))
 	g.Expect(env.Client.Delete(ctx, svc)).To(Succeed())
 }
 
