@@ -246,16 +246,8 @@ func TestServiceWebhookUpdates(t *testing.T) {
 	ns := p.ns
 	svc := lbService(ns, "web", map[string]string{zoneAnn: "inet", retentionAnn: "5", secretAnn: "good"})
 	g.Expect(env.Client.Create(ctx, svc)).To(Succeed())
-	key := client.ObjectKeyFromObject(svc)
 	update := func(mutate func(*corev1.Service)) error {
-		return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			s := &corev1.Service{}
-			if err := env.Client.Get(ctx, key, s); err != nil {
-				return err
-			}
-			mutate(s)
-			return env.Client.Update(ctx, s)
-		})
+		return updateService(client.ObjectKeyFromObject(svc), mutate)
 	}
 
 	// A bad new value is refused.
@@ -308,16 +300,8 @@ func TestServiceWebhookLetsAFamilyGo(t *testing.T) {
 	svc := lbService(p.ns, "dual", map[string]string{zoneAnn: "inet", familyAnn: "dual", addressesAnn: "83.118.168.5,2a05:1234::5"})
 	dualStack(svc)
 	g.Expect(env.Client.Create(ctx, svc)).To(Succeed())
-	key := client.ObjectKeyFromObject(svc)
 	update := func(mutate func(*corev1.Service)) error {
-		return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			s := &corev1.Service{}
-			if err := env.Client.Get(ctx, key, s); err != nil {
-				return err
-			}
-			mutate(s)
-			return env.Client.Update(ctx, s)
-		})
+		return updateService(client.ObjectKeyFromObject(svc), mutate)
 	}
 	g.Expect(update(func(s *corev1.Service) { s.Annotations[familyAnn] = "ipv4" })).To(Succeed())
 	err := update(func(s *corev1.Service) { s.Annotations[addressesAnn] = "83.118.168.6,2a05:1234::6" })
@@ -325,6 +309,18 @@ func TestServiceWebhookLetsAFamilyGo(t *testing.T) {
 	g.Expect(err.Error()).To(ContainSubstring(`metadata.annotations[ipam.vitistack.io/addresses]: Invalid value: "83.118.168.6,2a05:1234::6": ` +
 		`has an ipv6 address, but ipam.vitistack.io/ip-family is "ipv4": remove it, or ask for dual`))
 	g.Expect(env.Client.Delete(ctx, svc)).To(Succeed())
+}
+
+// updateService changes the Service as stored, retrying on a conflict.
+func updateService(key client.ObjectKey, mutate func(*corev1.Service)) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		s := &corev1.Service{}
+		if err := env.Client.Get(ctx, key, s); err != nil {
+			return err
+		}
+		mutate(s)
+		return env.Client.Update(ctx, s)
+	})
 }
 
 // The webhook configuration installed from config/services sends only LoadBalancer

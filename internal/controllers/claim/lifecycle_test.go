@@ -345,30 +345,9 @@ var scenarios = []scenario{
 		// superseded by it. Both carry the Service's IPAM-API identity, so the new claim
 		// takes the registration over (the same address) instead of waiting for the old
 		// one to go, and the old one goes without releasing what the new one holds.
-		name: "a Service's claim moves to another pool of the same zone",
-		setup: func(w *world) {
-			for _, name := range []string{"svc-a", "svc-b"} {
-				w.create(&ipamv1alpha1.VitistackIPPool{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: name},
-					Spec: ipamv1alpha1.VitistackIPPoolSpec{Zone: "inet", IPFamily: ipamv1alpha1.IPv4, AllowIdentityOverrides: true}})
-			}
-			w.create(secretObj("old", "old-secret-value-1"))
-			w.create(serviceClaim("web-ipv4", "svc-a"))
-			w.settle()
-		},
-		act: func(w *world) {
-			old := w.get(claimObj("web-ipv4", "", nil)).(*ipamv1.IPAddressClaim)
-			old.Annotations[ipamv1alpha1.SupersededByAnnotation] = "web-ipv4-moved"
-			must(w.t, w.direct.Update(w.ctx, old))
-			w.create(serviceClaim("web-ipv4-moved", "svc-b"))
-			w.settle()
-			// The Service controller deletes the old claim once the new one is bound.
-			if w.addressOf("web-ipv4-moved") == nil {
-				w.t.Errorf("the new claim is not bound while the old one exists: the move waits for ever\n%s", w.describe())
-				return
-			}
-			w.deleteClaims("web-ipv4")
-			w.settle()
-		},
+		name:  "a Service's claim moves to another pool of the same zone",
+		setup: servicePools(ipamv1alpha1.IPv4, ipamv1alpha1.IPv4),
+		act:   replaceServiceClaim("web-ipv4-moved", "svc-b"),
 		then: func(t *testing.T, w *world) {
 			a := w.bound(t, "web-ipv4-moved")[0]
 			if a != nil && a.Spec.Address != "83.118.168.0" {
@@ -387,29 +366,9 @@ var scenarios = []scenario{
 		// marks the IPv4 one as superseded by it, and deletes it once the IPv6 one is
 		// bound. Another family is another IPAM-API identity: nothing is taken over, the
 		// IPv4 address is released, and nothing waits for anything.
-		name: "a Service's claim switches family",
-		setup: func(w *world) {
-			for name, fam := range map[string]ipamv1alpha1.IPFamily{"svc-v4": ipamv1alpha1.IPv4, "svc-v6": ipamv1alpha1.IPv6} {
-				w.create(&ipamv1alpha1.VitistackIPPool{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: name},
-					Spec: ipamv1alpha1.VitistackIPPoolSpec{Zone: "inet", IPFamily: fam, AllowIdentityOverrides: true}})
-			}
-			w.create(secretObj("old", "old-secret-value-1"))
-			w.create(serviceClaim("web-ipv4", "svc-v4"))
-			w.settle()
-		},
-		act: func(w *world) {
-			old := w.get(claimObj("web-ipv4", "", nil)).(*ipamv1.IPAddressClaim)
-			old.Annotations[ipamv1alpha1.SupersededByAnnotation] = "web-ipv6"
-			must(w.t, w.direct.Update(w.ctx, old))
-			w.create(serviceClaim("web-ipv6", "svc-v6"))
-			w.settle()
-			if w.addressOf("web-ipv6") == nil {
-				w.t.Errorf("the IPv6 claim is not bound while the IPv4 one exists: the switch waits for ever\n%s", w.describe())
-				return
-			}
-			w.deleteClaims("web-ipv4")
-			w.settle()
-		},
+		name:  "a Service's claim switches family",
+		setup: servicePools(ipamv1alpha1.IPv4, ipamv1alpha1.IPv6),
+		act:   replaceServiceClaim("web-ipv6", "svc-b"),
 		then: func(t *testing.T, w *world) {
 			if c := claimObj("web-ipv4", "", nil); w.direct.Get(w.ctx, client.ObjectKeyFromObject(c), c) == nil {
 				t.Errorf("the IPv4 claim stays: finalizers %v, conditions %v", c.Finalizers, c.Status.Conditions)
@@ -423,6 +382,39 @@ var scenarios = []scenario{
 			}
 		},
 	},
+}
+
+// servicePools makes the pools svc-a and svc-b of zone inet, of the families given,
+// and binds the claim web-ipv4 of Service web in svc-a.
+func servicePools(a, b ipamv1alpha1.IPFamily) func(w *world) {
+	return func(w *world) {
+		for name, fam := range map[string]ipamv1alpha1.IPFamily{"svc-a": a, "svc-b": b} {
+			w.create(&ipamv1alpha1.VitistackIPPool{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: name},
+				Spec: ipamv1alpha1.VitistackIPPoolSpec{Zone: "inet", IPFamily: fam, AllowIdentityOverrides: true}})
+		}
+		w.create(secretObj("old", "old-secret-value-1"))
+		w.create(serviceClaim("web-ipv4", "svc-a"))
+		w.settle()
+	}
+}
+
+// replaceServiceClaim does what the Service controller does when web moves: it makes
+// the new claim, marks web-ipv4 as superseded by it, and deletes web-ipv4 once the new
+// one is bound.
+func replaceServiceClaim(name, pool string) func(w *world) {
+	return func(w *world) {
+		old := w.get(claimObj("web-ipv4", "", nil)).(*ipamv1.IPAddressClaim)
+		old.Annotations[ipamv1alpha1.SupersededByAnnotation] = name
+		must(w.t, w.direct.Update(w.ctx, old))
+		w.create(serviceClaim(name, pool))
+		w.settle()
+		if w.addressOf(name) == nil {
+			w.t.Errorf("the new claim is not bound while the old one exists: the move waits for ever\n%s", w.describe())
+			return
+		}
+		w.deleteClaims("web-ipv4")
+		w.settle()
+	}
 }
 
 // serviceClaim is a claim the Service controller makes for Service web.
