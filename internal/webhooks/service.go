@@ -148,6 +148,12 @@ func (w *Service) validate(ctx context.Context, old, svc *corev1.Service) error 
 	}
 	errs = append(errs, secretErrs...)
 
+	shareErrs, err := w.checkSharing(ctx, svc, spec)
+	if err != nil {
+		return apierrors.NewInternalError(err)
+	}
+	errs = append(errs, shareErrs...)
+
 	if len(errs) == 0 {
 		return nil
 	}
@@ -261,6 +267,60 @@ func annotation(svc *corev1.Service, key, def string) string {
 		return strings.TrimSpace(v)
 	}
 	return def
+}
+
+// checkSharing refuses a Service that asks for the address of another Service it
+// shares a key with (allow-local-shared-ip), on a port both use: MetalLB shares an
+// address only between Services whose ports do not overlap, and would leave this one
+// without it while the provider had handed it on.
+func (w *Service) checkSharing(ctx context.Context, svc *corev1.Service, spec *lbservice.Spec) (field.ErrorList, error) {
+	if spec.SharingKey == "" || len(spec.Addresses) == 0 {
+		return nil, nil
+	}
+	services := &corev1.ServiceList{} // from the API server: one applied a moment ago counts
+	if err := w.uncached().List(ctx, services); err != nil {
+		return nil, errors.Wrap(err, "listing Services")
+	}
+	var errs field.ErrorList
+	p := field.NewPath("metadata", "annotations").Key(ipamv1alpha1.AllowLocalSharedIPAnnotation)
+	for i := range services.Items {
+		other := &services.Items[i]
+		if other.Namespace == svc.Namespace && other.Name == svc.Name || !w.serves(other) || !other.DeletionTimestamp.IsZero() ||
+			strings.TrimSpace(other.Annotations[ipamv1alpha1.AllowLocalSharedIPAnnotation]) != spec.SharingKey {
+			continue
+		}
+		theirs, _ := lbservice.Parse(other, w.DefaultZone)
+		for _, fam := range []ipamapi.Family{ipamapi.FamilyIPv4, ipamapi.FamilyIPv6} {
+			a, ok := spec.Addresses[fam]
+			if !ok || theirs.Addresses[fam] != a {
+				continue
+			}
+			if port := overlappingPort(svc.Spec.Ports, other.Spec.Ports); port != "" {
+				errs = append(errs, field.Invalid(p, spec.SharingKey, fmt.Sprintf("Service %s/%s shares this key and the address %s, and also "+
+					"uses %s: MetalLB shares an address only between Services whose ports do not overlap; use another port, address or "+
+					"share key", other.Namespace, other.Name, lbservice.Bare(a), port)))
+			}
+		}
+	}
+	return errs, nil
+}
+
+// overlappingPort is a protocol/port both lists use ("" if none).
+func overlappingPort(a, b []corev1.ServicePort) string {
+	proto := func(p corev1.ServicePort) corev1.Protocol {
+		if p.Protocol == "" {
+			return corev1.ProtocolTCP
+		}
+		return p.Protocol
+	}
+	for _, x := range a {
+		for _, y := range b {
+			if proto(x) == proto(y) && x.Port == y.Port {
+				return fmt.Sprintf("%s/%d", proto(x), x.Port)
+			}
+		}
+	}
+	return ""
 }
 
 // checkSecret checks that a custom secret exists in the Service's namespace and holds

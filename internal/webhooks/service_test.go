@@ -311,6 +311,25 @@ func TestServiceWebhookLetsAFamilyGo(t *testing.T) {
 	g.Expect(env.Client.Delete(ctx, svc)).To(Succeed())
 }
 
+// Two Services may share an address only on ports that do not overlap, as MetalLB
+// shares it only then: the second one asking for the first one's address with the same
+// share key on the same port is refused, naming the other Service and the port; on
+// another port it is admitted.
+func TestServiceWebhookRefusesASharedAddressOnAnOverlappingPort(t *testing.T) {
+	g := NewWithT(t)
+	p := serviceSetup(t)
+	ann := map[string]string{zoneAnn: "inet", addressesAnn: "83.118.168.7", "ipam.vitistack.io/allow-local-shared-ip": "web"}
+	g.Expect(env.Client.Create(ctx, lbService(p.ns, "http", ann))).To(Succeed())
+	err := env.Client.Create(ctx, lbService(p.ns, "http-again", ann))
+	g.Expect(err).To(HaveOccurred())
+	g.Expect(err.Error()).To(ContainSubstring(`metadata.annotations[ipam.vitistack.io/allow-local-shared-ip]: Invalid value: "web": Service ` + p.ns +
+		`/http shares this key and the address 83.118.168.7, and also uses TCP/80: MetalLB shares an address only between Services whose ` +
+		`ports do not overlap; use another port, address or share key`))
+	https := lbService(p.ns, "https", ann)
+	https.Spec.Ports[0].Port = 443
+	g.Expect(env.Client.Create(ctx, https)).To(Succeed())
+}
+
 // updateService changes the Service as stored, retrying on a conflict.
 func updateService(key client.ObjectKey, mutate func(*corev1.Service)) error {
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
