@@ -186,7 +186,9 @@ func TestServicesShareAnAddressWithOneSecret(t *testing.T) {
 
 	ann2 := map[string]string{"ipam.vitistack.io/secret": "shared", "ipam.vitistack.io/allow-local-shared-ip": "pre-shared-key-web",
 		"ipam.vitistack.io/addresses": ip}
-	second := published(t, newService(t, ns.Name, "https", ann2), 1)
+	// On another port: MetalLB shares an address only between Services whose ports do
+	// not overlap (the webhook refuses one on the same port).
+	second := published(t, newService(t, ns.Name, "https", ann2, func(s *corev1.Service) { s.Spec.Ports[0].Port = 443 }), 1)
 	g.Expect(second.Annotations["metallb.io/loadBalancerIPs"]).To(Equal(ip))
 	g.Expect(second.Annotations["metallb.io/allow-shared-ip"]).To(Equal("pre-shared-key-web"))
 	g.Expect(holdersOf(ip + "/32")).To(HaveLen(2))
@@ -238,7 +240,8 @@ func TestServiceSecretRotation(t *testing.T) {
 		const key = "ipam.vitistack.io/allow-local-shared-ip"
 		a := published(t, newService(t, ns.Name, "a", map[string]string{"ipam.vitistack.io/secret": "old", key: "ab"}), 1)
 		ip := a.Annotations["metallb.io/loadBalancerIPs"]
-		published(t, newService(t, ns.Name, "b", map[string]string{"ipam.vitistack.io/secret": "old", "ipam.vitistack.io/addresses": ip, key: "ab"}), 1)
+		published(t, newService(t, ns.Name, "b", map[string]string{"ipam.vitistack.io/secret": "old", "ipam.vitistack.io/addresses": ip, key: "ab"},
+			func(s *corev1.Service) { s.Spec.Ports[0].Port = 443 }), 1)
 		setSecret(t, a, "newer")
 		hasEvent(t, a, corev1.EventTypeWarning, "RotationRefused", "multiple services registered. unable to change secret")
 		r, _ := env.Sim.Registration(ip + "/32")

@@ -148,11 +148,13 @@ func (w *Service) validate(ctx context.Context, old, svc *corev1.Service) error 
 	}
 	errs = append(errs, secretErrs...)
 
-	shareErrs, err := w.checkSharing(ctx, svc, spec)
-	if err != nil {
-		return apierrors.NewInternalError(err)
+	if old == nil || sharingAsked(old, svc) {
+		shareErrs, err := w.checkSharing(ctx, svc, spec)
+		if err != nil {
+			return apierrors.NewInternalError(err)
+		}
+		errs = append(errs, shareErrs...)
 	}
-	errs = append(errs, shareErrs...)
 
 	if len(errs) == 0 {
 		return nil
@@ -272,7 +274,8 @@ func annotation(svc *corev1.Service, key, def string) string {
 // checkSharing refuses a Service that asks for the address of another Service it
 // shares a key with (allow-local-shared-ip), on a port both use: MetalLB shares an
 // address only between Services whose ports do not overlap, and would leave this one
-// without it while the provider had handed it on.
+// without it while the provider had handed it on. It sees the other Service's address
+// once the other asked for it or had it published.
 func (w *Service) checkSharing(ctx context.Context, svc *corev1.Service, spec *lbservice.Spec) (field.ErrorList, error) {
 	if spec.SharingKey == "" || len(spec.Addresses) == 0 {
 		return nil, nil
@@ -303,6 +306,17 @@ func (w *Service) checkSharing(ctx context.Context, svc *corev1.Service, spec *l
 		}
 	}
 	return errs, nil
+}
+
+// sharingAsked reports whether an update changes what the Service asks to share: its
+// ports, its share key, or its addresses to other than what the controller publishes
+// (the controller's own write of both is not judged again).
+func sharingAsked(old, svc *corev1.Service) bool {
+	a, b := old.Annotations, svc.Annotations
+	return !slices.Equal(old.Spec.Ports, svc.Spec.Ports) ||
+		a[ipamv1alpha1.AllowLocalSharedIPAnnotation] != b[ipamv1alpha1.AllowLocalSharedIPAnnotation] ||
+		a[ipamv1alpha1.AddressesAnnotation] != b[ipamv1alpha1.AddressesAnnotation] &&
+			b[ipamv1alpha1.AddressesAnnotation] != b[lbservice.MetalLBLoadBalancerIPsAnnotation]
 }
 
 // overlappingPort is a protocol/port both lists use ("" if none).
