@@ -481,3 +481,37 @@ func TestAClaimOfAnotherProvidersPoolIsLeftAlone(t *testing.T) {
 		g.Expect(eventsFor(t, got)).To(BeEmpty(), "claim %s", c.Name)
 	}
 }
+
+// An IPAM-API that answers with a huge error body (the client reads up to 1 MiB) does
+// not stop the provider from saying so: the API server refuses a condition message over
+// 32,768 characters, so the pool's and the claim's messages are cut to a few KiB, and
+// both show the failure.
+func TestAHugeErrorBodyStillShowsAsACondition(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	api, url, stop := env.ExtraSim()
+	t.Cleanup(stop)
+	g.Expect(api.SetErrorRate(1, 503, `{"message":"`+strings.Repeat("overloaded ", 5000)+`"}`)).To(Succeed())
+	spec := routedPool("inet", ipamv1alpha1.IPv4)
+	spec.Endpoint = url
+	pool := newPool(t, ns.Name, "huge", spec)
+	claim := newClaim(t, ns.Name, "huge", pool.Name, nil)
+	for _, obj := range []client.Object{pool, claim} {
+		g.Eventually(func(g Gomega) {
+			g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj)).To(Succeed())
+			var conds []metav1.Condition
+			switch o := obj.(type) {
+			case *ipamv1alpha1.VitistackIPPool:
+				conds = o.Status.Conditions
+			case *ipamv1.IPAddressClaim:
+				conds = o.Status.Conditions
+			}
+			c := meta.FindStatusCondition(conds, "Ready")
+			g.Expect(c).NotTo(BeNil())
+			g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
+			g.Expect(c.Message).To(ContainSubstring("overloaded overloaded"))
+			g.Expect(c.Message).To(HaveSuffix("…"))
+			g.Expect(len(c.Message)).To(BeNumerically("<=", 4096))
+		}, eventually, poll).Should(Succeed(), "%T %s", obj, obj.GetName())
+	}
+}

@@ -12,6 +12,11 @@ import (
 // validation): it refuses a longer one, and the event never shows.
 const EventLimit = 1024
 
+// ConditionLimit is the longest condition message the provider writes: the API server
+// refuses a status with a message over 32,768 characters (metav1.Condition), which an
+// IPAM-API's error body (read up to 1 MiB) can be, and a few KiB say all a reader needs.
+const ConditionLimit = 4096
+
 // Truncate cuts s to at most n bytes, on a rune boundary, ending in "…" when it cut.
 func Truncate(s string, n int) string {
 	if len(s) <= n {

@@ -9,6 +9,8 @@ import (
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/note"
 )
 
 // The actions of the events the claim controller records (events.k8s.io/v1 wants one):
@@ -85,6 +87,7 @@ func (o outcome) note(typ, reason, action, message string) outcome {
 // reconcile) and returns the error for the Reconciler.
 func (h *Handler) report(o outcome) error {
 	if o.ready != "" {
+		o.message = note.Truncate(o.message, note.ConditionLimit)
 		// One event per change of the condition, never one per retry or resync; none
 		// when a claim is bound the first time (its Ready condition and IPAddress say
 		// so, and a claim is bound with four writes), one when it recovers. (prev points

@@ -14,6 +14,7 @@ import (
 
 	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/index"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/note"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/subnet"
 )
 
@@ -108,6 +109,7 @@ func (r *Reconciler) compute(pool ipamv1alpha1.Pool, f facts, c check) {
 	case c.reason == ipamv1alpha1.PoolReadyReason:
 		ready.Status = metav1.ConditionTrue
 	}
+	ready.Message = note.Truncate(ready.Message, note.ConditionLimit)
 	prev := conditions.Get(pool, ipamv1alpha1.PoolReadyCondition)
 	if ready.Status == metav1.ConditionFalse && (prev == nil || prev.Reason != ready.Reason) && r.Recorder != nil {
 		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, ready.Reason, "CheckReadiness", "%s", ready.Message)
