@@ -183,7 +183,9 @@ func (s *Secrets) forget(secret types.NamespacedName) uint64 {
 			delete(s.recent, ref)
 		}
 	}
-	if s.epochs == nil || len(s.epochs) > 1024 {
+	if s.epochs == nil {
+		// Never emptied: a read under way across an emptying could meet its epoch again.
+		// One entry per Secret the protector looked at.
 		s.epochs = map[types.NamespacedName]uint64{}
 	}
 	s.epochs[secret]++
