@@ -79,17 +79,18 @@ generate: $(CONTROLLER_GEN) ## Generate deepcopy code (zz_generated.deepcopy.go)
 	$(CONTROLLER_GEN) object paths=./api/...
 
 .PHONY: manifests
-manifests: $(CONTROLLER_GEN) ## Generate CRDs, RBAC and webhook configuration under config/.
+manifests: $(CONTROLLER_GEN) ## Generate CRDs, RBAC and webhook configuration under config/, and docs/pool-api.md.
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
 	$(CONTROLLER_GEN) rbac:roleName=manager-role paths=./internal/... paths=./cmd/... output:rbac:artifacts:config=config/rbac
 	$(CONTROLLER_GEN) webhook paths=./internal/webhooks/... output:webhook:artifacts:config=config/webhook
 	go run ./hack/capi-crds config/services/capi-crds
+	go run ./hack/docgen
 
 .PHONY: verify-gen
 verify-gen: generate manifests ## Fail if generated files are stale.
-	@if [ -n "$$(git status --porcelain -- api config)" ]; then \
+	@if [ -n "$$(git status --porcelain -- api config docs/pool-api.md)" ]; then \
 		echo "Generated files are stale; run 'make generate manifests' and commit:"; \
-		git status --porcelain -- api config; git --no-pager diff -- api config | head -50; exit 1; fi
+		git status --porcelain -- api config docs/pool-api.md; git --no-pager diff -- api config docs/pool-api.md | head -50; exit 1; fi
 
 .PHONY: verify-imports
 verify-imports: ## Fail if a controller package imports another, or the webhooks import a controller.

@@ -109,3 +109,7 @@ const (
 // the Secret see it. A release or registration with a value whose fingerprint differs
 // is refused: the value was changed after addresses were registered under it.
 const SecretFingerprintsAnnotation = annotationPrefix + "value-fingerprints"
+
+// DescriptionAnnotation says, on the objects the provider creates for itself (the
+// default secret and the list of protected Secrets), what they are for.
+const DescriptionAnnotation = annotationPrefix + "description"

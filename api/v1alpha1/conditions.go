@@ -105,3 +105,15 @@ const (
 	// several services, or held by another); the address keeps the old secret.
 	ClaimSecretRotationRefusedReason = "RotationRefused"
 )
+
+// Reasons of events that are not a condition's reason.
+const (
+	// EventAddressNotInZoneReason: the requested address does not belong to the pool's
+	// zone (the claim's Ready reason is AllocationFailed).
+	EventAddressNotInZoneReason = "AddressNotInZone"
+	// EventNoPoolReason: no GlobalVitistackIPPool serves a Service's zone and family.
+	EventNoPoolReason = "NoPool"
+	// EventReleasedReason: a claim's address was released with a retention that keeps
+	// it for the claim's identity.
+	EventReleasedReason = "Released"
+)

@@ -189,7 +189,7 @@ func TestHelpSucceedsAndListsTheDebugRoutes(t *testing.T) {
 	}
 }
 
-// The process exits 0 after --help (it used to exit 1 with "flag: help requested"), and
+// The process exits 0 after --help (not 1 with the flag package's "flag: help requested"), and
 // its usage lists every route of sim.DebugRoutes with method, path and doc.
 func TestHelpExitCode(t *testing.T) {
 	if os.Getenv("IPAM_API_SIM_TEST_MAIN") == "1" {

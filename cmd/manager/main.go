@@ -35,49 +35,66 @@ func main() {
 	}
 }
 
-func run(args []string) error {
+// settings are the manager's flags.
+type settings struct {
+	opts            manager.Options
+	diagOptions     diagnostics.Options
+	logOptions      *logs.Options
+	leaderElect     bool
+	leaderElectNS   string
+	leaseDuration   time.Duration
+	renewDeadline   time.Duration
+	retryPeriod     time.Duration
+	healthAddr      string
+	watchNamespace  string
+	webhookPort     int
+	webhookHost     string
+	webhookCertDir  string
+	showVersionOnly bool
+}
+
+// newFlags is every flag of the manager (docs/flags.md is checked against it).
+func newFlags() (*pflag.FlagSet, *settings) {
 	fs := pflag.NewFlagSet("manager", pflag.ContinueOnError)
-	var (
-		opts            manager.Options
-		diagOptions     diagnostics.Options
-		logOptions      = logs.NewOptions()
-		leaderElect     bool
-		leaderElectNS   string
-		leaseDuration   time.Duration
-		renewDeadline   time.Duration
-		retryPeriod     time.Duration
-		healthAddr      string
-		watchNamespace  string
-		webhookPort     int
-		webhookHost     string
-		webhookCertDir  string
-		showVersionOnly bool
-	)
-	opts.AddFlags(fs)
-	diagnostics.AddFlags(fs, &diagOptions)
-	logsv1.AddFlags(logOptions, fs)
-	fs.BoolVar(&leaderElect, "leader-elect", false, "Elect a leader so that only one replica reconciles at a time.")
-	fs.StringVar(&leaderElectNS, "leader-elect-namespace", "", "Namespace of the leader election Lease (default: the Pod's own; required out of cluster).")
-	fs.DurationVar(&leaseDuration, "leader-elect-lease-duration", 15*time.Second, "Leader election lease duration.")
-	fs.DurationVar(&renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "Leader election renew deadline.")
-	fs.DurationVar(&retryPeriod, "leader-elect-retry-period", 2*time.Second, "Leader election retry period.")
-	fs.StringVar(&healthAddr, "health-addr", ":9440", "Address of the /healthz and /readyz endpoints.")
-	fs.StringVar(&watchNamespace, "namespace", "", "Only watch this namespace (default: all namespaces).")
-	fs.IntVar(&webhookPort, "webhook-port", webhook.DefaultPort, "Port of the webhook server.")
-	fs.StringVar(&webhookHost, "webhook-host", "", "Address the webhook server binds to (default: all).")
-	fs.StringVar(&webhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs", "Directory with tls.crt and tls.key for the webhook server.")
-	fs.BoolVar(&showVersionOnly, "version", false, "Print the version and exit.")
+	s := &settings{logOptions: logs.NewOptions()}
+	s.opts.AddFlags(fs)
+	diagnostics.AddFlags(fs, &s.diagOptions)
+	logsv1.AddFlags(s.logOptions, fs)
+	// component-base also registers its alpha logging options, which it refuses without
+	// the LoggingAlphaOptions feature gate, and the manager has no --feature-gates: they
+	// are hidden rather than offered in --help and then refused.
+	for _, alpha := range []string{"log-text-split-stream", "log-text-info-buffer-size", "log-json-split-stream", "log-json-info-buffer-size"} {
+		if err := fs.MarkHidden(alpha); err != nil {
+			panic(err) // component-base no longer has it: drop it from the list
+		}
+	}
+	fs.BoolVar(&s.leaderElect, "leader-elect", false, "Elect a leader so that only one replica reconciles at a time.")
+	fs.StringVar(&s.leaderElectNS, "leader-elect-namespace", "", "Namespace of the leader election Lease (default: the Pod's own; required out of cluster).")
+	fs.DurationVar(&s.leaseDuration, "leader-elect-lease-duration", 15*time.Second, "Leader election lease duration.")
+	fs.DurationVar(&s.renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "Leader election renew deadline.")
+	fs.DurationVar(&s.retryPeriod, "leader-elect-retry-period", 2*time.Second, "Leader election retry period.")
+	fs.StringVar(&s.healthAddr, "health-addr", ":9440", "Address of the /healthz and /readyz endpoints.")
+	fs.StringVar(&s.watchNamespace, "namespace", "", "Only watch this namespace (default: all namespaces).")
+	fs.IntVar(&s.webhookPort, "webhook-port", webhook.DefaultPort, "Port of the webhook server.")
+	fs.StringVar(&s.webhookHost, "webhook-host", "", "Address the webhook server binds to (default: all).")
+	fs.StringVar(&s.webhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs", "Directory with tls.crt and tls.key for the webhook server.")
+	fs.BoolVar(&s.showVersionOnly, "version", false, "Print the version and exit.")
+	return fs, s
+}
+
+func run(args []string) error {
+	fs, s := newFlags()
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return nil
 		}
 		return err
 	}
-	if showVersionOnly {
+	if s.showVersionOnly {
 		fmt.Println(version)
 		return nil
 	}
-	if err := logsv1.ValidateAndApply(logOptions, nil); err != nil {
+	if err := logsv1.ValidateAndApply(s.logOptions, nil); err != nil {
 		return err
 	}
 	ctrl.SetLogger(klog.Background())
@@ -97,25 +114,25 @@ func run(args []string) error {
 		setupLog.V(1).Info("No memory limit found for GOMEMLIMIT", "reason", err.Error())
 	}
 
-	tlsOpts, metricsOpts, err := diagnostics.ManagerOptions(diagOptions)
+	tlsOpts, metricsOpts, err := diagnostics.ManagerOptions(s.diagOptions)
 	if err != nil {
 		return err
 	}
 	mgrOpts := ctrl.Options{
 		Scheme:                        manager.NewScheme(),
 		Metrics:                       *metricsOpts,
-		HealthProbeBindAddress:        healthAddr,
-		LeaderElection:                leaderElect,
+		HealthProbeBindAddress:        s.healthAddr,
+		LeaderElection:                s.leaderElect,
 		LeaderElectionID:              "controller-leader-election-capi-ipam-vitistack",
-		LeaderElectionNamespace:       leaderElectNS,
-		LeaseDuration:                 &leaseDuration,
-		RenewDeadline:                 &renewDeadline,
-		RetryPeriod:                   &retryPeriod,
+		LeaderElectionNamespace:       s.leaderElectNS,
+		LeaseDuration:                 &s.leaseDuration,
+		RenewDeadline:                 &s.renewDeadline,
+		RetryPeriod:                   &s.retryPeriod,
 		LeaderElectionReleaseOnCancel: true,
-		Cache:                         manager.CacheOptions(watchNamespace),
+		Cache:                         manager.CacheOptions(s.watchNamespace),
 		Controller:                    manager.ControllerConfig(),
 		WebhookServer: webhook.NewServer(webhook.Options{
-			Host: webhookHost, Port: webhookPort, CertDir: webhookCertDir, TLSOpts: tlsOpts,
+			Host: s.webhookHost, Port: s.webhookPort, CertDir: s.webhookCertDir, TLSOpts: tlsOpts,
 		}),
 	}
 	ctx := ctrl.SetupSignalHandler()
@@ -123,21 +140,21 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := manager.Setup(ctx, mgr, opts); err != nil {
+	if err := manager.Setup(ctx, mgr, s.opts); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err
 	}
 	readyz := healthz.Ping
-	if opts.EnableWebhooks {
+	if s.opts.EnableWebhooks {
 		readyz = mgr.GetWebhookServer().StartedChecker()
 	}
 	if err := mgr.AddReadyzCheck("readyz", readyz); err != nil {
 		return err
 	}
-	setupLog.Info("Starting manager", "version", version, "ipamAPIURL", opts.IPAMAPIURL,
-		"maxConcurrentReconciles", opts.MaxConcurrentReconciles, "goMemLimit", memLimitString(memLimit))
+	setupLog.Info("Starting manager", "version", version, "ipamAPIURL", s.opts.IPAMAPIURL,
+		"maxConcurrentReconciles", s.opts.MaxConcurrentReconciles, "goMemLimit", memLimitString(memLimit))
 	return mgr.Start(ctx)
 }
 

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/testenv"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi/sim"
 )
 
@@ -320,7 +321,9 @@ func TestServiceFromTheIPAMOperatorIsAdopted(t *testing.T) {
 		id.NamespaceID+`","cluster_id":"`+id.ClusterID+`","retention_period_days":0,"deny_external_cleanup":false}}`)
 	ip := strings.TrimSuffix(res, "/32")
 
-	adopted := published(t, newService(t, ns.Name, "legacy", map[string]string{
+	// The operator handed the address to MetalLB too. The watch starts at the version
+	// created, so it sees every later one, however quick the provider is.
+	legacy := newService(t, ns.Name, "legacy", map[string]string{
 		"ipam.vitistack.io/addresses":             ip,
 		"ipam.vitistack.io/allow-local-shared-ip": "pre-shared-key-sa4OuI3e0o",
 		"ipam.vitistack.io/deny-external-cleanup": "false",
@@ -328,8 +331,19 @@ func TestServiceFromTheIPAMOperatorIsAdopted(t *testing.T) {
 		"ipam.vitistack.io/retention-period-days": "0",
 		"ipam.vitistack.io/secret":                "default",
 		"ipam.vitistack.io/zone":                  "inet",
-	}), 1)
-	g.Expect(adopted.Annotations["metallb.io/loadBalancerIPs"]).To(Equal(ip))
+		"metallb.io/loadBalancerIPs":              ip,
+		"metallb.io/allow-shared-ip":              "pre-shared-key-sa4OuI3e0o",
+	})
+	versions, err := testenv.WatchVersions(ctx, env.Config, &corev1.ServiceList{}, legacy)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Eventually(func(g Gomega) {
+		g.Expect(serviceClaims(t, legacy)).To(ContainElement(HaveField("Status.AddressRef.Name", Not(BeEmpty()))))
+		g.Expect(versions.Seen()).To(ContainElement(HaveField("Finalizers", ContainElement(ipamv1alpha1.ServiceFinalizer))))
+	}, eventually, poll).Should(Succeed())
+	// MetalLB never saw the Service without its address, or with another.
+	for _, v := range versions.Stop() {
+		g.Expect(v.Annotations).To(HaveKeyWithValue("metallb.io/loadBalancerIPs", ip), "version %s", v.ResourceVersion)
+	}
 	regs := env.Sim.HeldBy(id)
 	g.Expect(regs).To(HaveLen(1), "no second address")
 	g.Expect(regs[0].Holders).To(HaveLen(1), "the same holder, not a share")

@@ -428,7 +428,7 @@ func (s *Secrets) createDefault(ctx context.Context) (*corev1.Secret, error) {
 			Name:      s.Default.Name,
 			Labels:    map[string]string{"app.kubernetes.io/managed-by": "cluster-api-ipam-provider-vitistack"},
 			Annotations: map[string]string{
-				"ipam.vitistack.io/description": "Owns the addresses this provider registers in the IPAM-API. Deleting or changing it orphans them.",
+				ipamv1alpha1.DescriptionAnnotation: "Owns the addresses this provider registers in the IPAM-API. Deleting or changing it orphans them.",
 			},
 		},
 		Type: corev1.SecretTypeOpaque,

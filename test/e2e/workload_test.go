@@ -4,28 +4,71 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/localcluster"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/testenv"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi"
 )
 
-// The Services flavour (release asset ipam-components-workload.yaml), installed the way
-// the README says on a cluster without Cluster API: a LoadBalancer Service gets an
-// address registered under the IPAM-operator's identity (the Service's name), the
-// Service webhook refuses a bad annotation, and deleting the Service releases it.
-func TestWorkloadFlavour(t *testing.T) {
+// The Services flavour (release asset ipam-components-workload.yaml) taking over from
+// the IPAM-operator, as docs/migrating-from-ipam-operator.md says, on a cluster without
+// Cluster API: a Service the operator gave an address keeps it, and the address MetalLB
+// reads from it never changes on the way; a new LoadBalancer Service gets an address
+// registered under the IPAM-operator's identity (the Service's name); the Service webhook
+// refuses a bad annotation; deleting the Services releases their addresses.
+func TestWorkloadFlavourTakesOverFromTheIPAMOperator(t *testing.T) {
 	g := newG(t)
 	ctx := context.Background()
 	w, err := localcluster.StartControlPlane(workDir, "workload", paths)
 	g.Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(w.Stop)
+
+	// What the IPAM-operator leaves behind: its default secret in ipam-system, and a
+	// Service with the annotations it filled in, its address registered under the
+	// operator's identity and secret, and handed to MetalLB.
+	const operatorSecret = "OperatorDefaultSecret0123456789a"
+	g.Expect(w.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ipam-system"}})).To(Succeed())
+	g.Expect(w.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ipam-system", Name: "default"},
+		StringData: map[string]string{"secret": operatorSecret}})).To(Succeed())
+	ns := newNamespace(t, w, "apps")
+	api, err := ipamapi.NewClient(ipamAPI.URL, ipamapi.Options{})
+	g.Expect(err).NotTo(HaveOccurred())
+	operatorIdentity := ipamapi.Identity{ServiceName: "legacy", NamespaceID: uidOf(t, w, ns), ClusterID: uidOf(t, w, "kube-system")}
+	res, err := api.Register(ctx, ipamapi.Request{Secret: operatorSecret, Zone: "hnet-private", Family: ipamapi.FamilyIPv4, Identity: operatorIdentity})
+	g.Expect(err).NotTo(HaveOccurred())
+	kept := strings.TrimSuffix(res.Address, "/32")
+	svc := func(name string, annotations map[string]string) *corev1.Service {
+		return &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: annotations},
+			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Selector: map[string]string{"app": name},
+				Ports: []corev1.ServicePort{{Name: "https", Port: 443}}},
+		}
+	}
+	legacy := svc("legacy", map[string]string{
+		ipamv1alpha1.AddressesAnnotation:           kept,
+		ipamv1alpha1.AllowLocalSharedIPAnnotation:  "pre-shared-key-sa4OuI3e0oQ8Z1xYvB7nK2mP5rT9wL3c",
+		ipamv1alpha1.DenyExternalCleanupAnnotation: "false",
+		ipamv1alpha1.IPFamilyAnnotation:            "ipv4",
+		ipamv1alpha1.RetentionPeriodDaysAnnotation: "0",
+		ipamv1alpha1.SecretAnnotation:              "default",
+		ipamv1alpha1.ZoneAnnotation:                "hnet-private",
+		"metallb.io/loadBalancerIPs":               kept,
+		"metallb.io/allow-shared-ip":               "pre-shared-key-sa4OuI3e0oQ8Z1xYvB7nK2mP5rT9wL3c",
+	})
+	g.Expect(w.Client.Create(ctx, legacy)).To(Succeed())
+	// Every version of the Service from now until the provider has taken it over.
+	versions, err := testenv.WatchVersions(ctx, w.Config, &corev1.ServiceList{}, legacy)
+	g.Expect(err).NotTo(HaveOccurred())
 
 	// cert-manager's CRDs (its Certificate and Issuer are in the flavour), then the flavour
 	// rendered with its variables.
@@ -60,14 +103,24 @@ func TestWorkloadFlavour(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "hnet-private-ipv4"},
 		Spec:       ipamv1alpha1.VitistackIPPoolSpec{Zone: "hnet-private", IPFamily: ipamv1alpha1.IPv4},
 	})).To(Succeed())
-	ns := newNamespace(t, w, "apps")
-	svc := func(name string, annotations map[string]string) *corev1.Service {
-		return &corev1.Service{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: annotations},
-			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Selector: map[string]string{"app": name},
-				Ports: []corev1.ServicePort{{Name: "https", Port: 443}}},
-		}
+	// The operator's Service is taken over (the provider's finalizer and a bound claim),
+	// and MetalLB's annotation never said anything but the address it had.
+	g.Eventually(func(g Gomega) {
+		claims := &ipamv1.IPAddressClaimList{}
+		g.Expect(w.Client.List(ctx, claims, client.InNamespace(ns), client.MatchingLabels{ipamv1alpha1.ServiceNameLabel: "legacy"})).To(Succeed())
+		g.Expect(claims.Items).To(ConsistOf(HaveField("Status.AddressRef.Name", Not(BeEmpty()))))
+		g.Expect(versions.Seen()).To(ContainElement(HaveField("Finalizers", ContainElement(ipamv1alpha1.ServiceFinalizer))),
+			"the watch has not seen the provider's finalizer on the Service")
+	}).Should(Succeed())
+	for _, v := range versions.Stop() {
+		g.Expect(v.Annotations).To(HaveKeyWithValue("metallb.io/loadBalancerIPs", kept),
+			"version %s of the Service would have had MetalLB announce another address, or none", v.ResourceVersion)
 	}
+	holders := activeHolders(t, kept)
+	g.Expect(holders).To(HaveLen(1), "the operator's registration, not a second one")
+	g.Expect(holders[0].ServiceName).To(Equal("legacy"))
+	g.Expect(holders[0].NamespaceID).To(Equal(operatorIdentity.NamespaceID))
+	g.Expect(holders[0].ClusterID).To(Equal(operatorIdentity.ClusterID))
 
 	// A bad annotation is refused at admission, naming it.
 	err = w.Client.Create(ctx, svc("bad", map[string]string{ipamv1alpha1.ZoneAnnotation: "nowhere"}))
@@ -83,7 +136,7 @@ func TestWorkloadFlavour(t *testing.T) {
 		address = got.Annotations["metallb.io/loadBalancerIPs"]
 		g.Expect(address).To(HavePrefix("10."))
 	}).Should(Succeed())
-	holders := activeHolders(t, address)
+	holders = activeHolders(t, address)
 	g.Expect(holders).To(HaveLen(1))
 	g.Expect(holders[0].ServiceName).To(Equal("web"))
 	g.Expect(holders[0].NamespaceID).To(Equal(uidOf(t, w, ns)))
@@ -91,5 +144,7 @@ func TestWorkloadFlavour(t *testing.T) {
 
 	deleteAndWait(t, w, web)
 	g.Expect(activeHolders(t, address)).To(BeEmpty(), "deleting the Service did not release %s", address)
+	deleteAndWait(t, w, legacy)
+	g.Expect(activeHolders(t, kept)).To(BeEmpty(), "deleting the operator's Service did not release %s", kept)
 	g.Expect(rbacRefusal.FindString(mgr.Logs())).To(BeEmpty(), "the manager was refused a request by RBAC; see %s", mgr.LogFile)
 }

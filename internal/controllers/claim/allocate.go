@@ -367,7 +367,7 @@ func (h *Handler) registerFailed(ctx context.Context, reg *record.Registration, 
 			withEvent(ipamv1alpha1.ClaimReadyAddressTakenReason))
 	case ipamapi.ClassNotInZone:
 		return refuse(failed(ipamv1.IPAddressClaimReadyAllocationFailedReason,
-			fmt.Sprintf("address %s does not belong to zone %s: request an address of the zone", reg.Address, reg.Zone)).withEvent("AddressNotInZone"))
+			fmt.Sprintf("address %s does not belong to zone %s: request an address of the zone", reg.Address, reg.Zone)).withEvent(ipamv1alpha1.EventAddressNotInZoneReason))
 	case ipamapi.ClassTransient:
 		return failed(ipamv1.IPAddressClaimReadyAllocationFailedReason,
 			fmt.Sprintf("the IPAM-API at %s could not be reached: %s; retrying with back-off", reg.Endpoint, msg)).

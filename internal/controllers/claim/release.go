@@ -128,7 +128,7 @@ func (h *Handler) release(ctx context.Context) outcome {
 	o := h.released(ctx, reg, "Released address in the IPAM-API", "retentionPeriodDays", reg.RetentionPeriodDays)
 	if reg.RetentionPeriodDays > 0 {
 		// The address is not free yet: say for how long the IPAM-API keeps it.
-		o = o.note(corev1.EventTypeNormal, "Released", actionRelease, fmt.Sprintf("Released %s in zone %s; the IPAM-API keeps it "+
+		o = o.note(corev1.EventTypeNormal, ipamv1alpha1.EventReleasedReason, actionRelease, fmt.Sprintf("Released %s in zone %s; the IPAM-API keeps it "+
 			"for this identity for %d days: a claim with the same identity gets it back, and the IPAM-API allocates it to no one "+
 			"else (a claim that asks for it by name under the same secret can still join it)", reg.Address, reg.Zone, reg.RetentionPeriodDays))
 	}

@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/note"
 )
 
@@ -48,7 +49,7 @@ type outcome struct {
 type eventNote struct{ typ, reason, action, message string }
 
 func allocated(address string) outcome {
-	return outcome{ready: metav1.ConditionTrue, reason: "Allocated", message: "Allocated " + address, action: actionAllocate}
+	return outcome{ready: metav1.ConditionTrue, reason: ipamv1alpha1.ClaimReadyAllocatedReason, message: "Allocated " + address, action: actionAllocate}
 }
 
 // failed is a Ready=False outcome; retried with back-off unless made terminal.

@@ -17,6 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
 )
 
 // LedgerName is the ConfigMap, in the default secret's namespace, that lists the
@@ -79,7 +81,7 @@ func (l *Ledger) Set(ctx context.Context, secret types.NamespacedName, listed bo
 			cm = &corev1.ConfigMap{}
 			cm.Namespace, cm.Name = l.Key.Namespace, l.Key.Name
 			cm.Labels = map[string]string{"app.kubernetes.io/managed-by": "cluster-api-ipam-provider-vitistack"}
-			cm.Annotations = map[string]string{"ipam.vitistack.io/description": "The Secrets the provider protects with its " +
+			cm.Annotations = map[string]string{ipamv1alpha1.DescriptionAnnotation: "The Secrets the provider protects with its " +
 				"secret-in-use finalizer, so a new leader looks at each again. Maintained by the provider; do not edit."}
 			cm.Data = map[string]string{ledgerKey: entry}
 			err = l.Client.Create(ctx, cm)

@@ -165,7 +165,7 @@ func (r *Reconciler) poolFor(ctx context.Context, svc *corev1.Service, spec *lbs
 			msg = fmt.Sprintf("none of the pools in %s (%s) serves zone %s and family %s", ipamv1alpha1.PoolAnnotation,
 				strings.Join(spec.Pools, ", "), spec.Zone, fam)
 		}
-		r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, "NoPool", actionAllocate, "%s", msg)
+		r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, ipamv1alpha1.EventNoPoolReason, actionAllocate, "%s", msg)
 		return "", nil
 	}
 	return names[0], nil

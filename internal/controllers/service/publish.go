@@ -18,6 +18,7 @@ import (
 // publish writes the addresses for users and MetalLB. status.loadBalancer is MetalLB's.
 func (r *Reconciler) publish(ctx context.Context, svc *corev1.Service, spec *lbservice.Spec, published map[ipamapi.Family]string) error {
 	before := svc.DeepCopy()
+	announced := byFamily(svc.Annotations[lbservice.MetalLBLoadBalancerIPsAnnotation])
 	var ips, asked []string
 	for _, fam := range spec.Families {
 		if a, ok := spec.Addresses[fam]; ok {
@@ -27,6 +28,11 @@ func (r *Reconciler) publish(ctx context.Context, svc *corev1.Service, spec *lbs
 		}
 		if a, ok := published[fam]; ok {
 			ips = append(ips, lbservice.Bare(a))
+		} else if a, ok := spec.Addresses[fam]; ok && announced[fam] != "" && announced[fam] == byFamily(a)[fam] {
+			// MetalLB announces the very address the Service asks for (a Service taken
+			// over from the IPAM-operator): it stays while the claim binds, so the
+			// announcement has no gap.
+			ips = append(ips, announced[fam])
 		}
 	}
 	set := func(k, v string) {
@@ -69,4 +75,16 @@ func sameAddresses(value string, asked []string) bool {
 	slices.Sort(have)
 	slices.Sort(want)
 	return slices.Equal(have, want)
+}
+
+// byFamily is the addresses of a comma-separated list (bare or CIDR), by family, in
+// their canonical form; what does not parse is left out.
+func byFamily(list string) map[ipamapi.Family]string {
+	out := map[ipamapi.Family]string{}
+	for _, part := range strings.Split(list, ",") {
+		if a, err := ipamapi.ParseHost(strings.TrimSpace(part)); err == nil {
+			out[ipamapi.FamilyOf(a)] = a.String()
+		}
+	}
+	return out
 }
