@@ -515,3 +515,49 @@ func TestAHugeErrorBodyStillShowsAsACondition(t *testing.T) {
 		}, eventually, poll).Should(Succeed(), "%T %s", obj, obj.GetName())
 	}
 }
+
+// A Secret's value changed in place while claims are bound under it: the bound claims
+// say so (Ready=False SecretValueChanged and a Warning, the address still theirs) as
+// soon as the Secret protector looks at it again, and go back to Allocated once the
+// value is restored; their release then goes through.
+func TestABoundClaimSaysWhenItsSecretValueChanges(t *testing.T) {
+	g := NewWithT(t)
+	opts := mgrOpts
+	opts.SecretRecheckInterval = time.Second
+	g.Expect(env.StopManager()).To(Succeed())
+	g.Expect(env.StartManager(ctx, opts)).To(Succeed())
+	t.Cleanup(func() { _ = env.StopManager(); _ = env.StartManager(ctx, mgrOpts) })
+
+	ns := newNamespace(t)
+	const value = "the-value-it-was-registered-under"
+	g.Expect(env.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "owner"},
+		Data: map[string][]byte{"secret": []byte(value)}})).To(Succeed())
+	spec := routedPool("inet", ipamv1alpha1.IPv4)
+	spec.SecretRef = &ipamv1alpha1.SecretReference{Name: "owner"}
+	pool := newPool(t, ns.Name, "owned", spec)
+	claim := newClaim(t, ns.Name, "node", pool.Name, nil)
+	addr := boundAddress(t, claim)
+	setValue := func(v string) {
+		sec := &corev1.Secret{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: "owner"}, sec)).To(Succeed())
+		patch := client.MergeFrom(sec.DeepCopy())
+		sec.Data["secret"] = []byte(v)
+		g.Expect(env.Client.Patch(ctx, sec, patch)).To(Succeed())
+	}
+
+	setValue("someone-typed-a-new-value")
+	cond := readyCondition(t, claim, metav1.ConditionFalse, ipamv1alpha1.ClaimReadySecretValueChangedReason)
+	g.Expect(cond.Message).To(And(ContainSubstring(ns.Name+"/owner key secret changed"), ContainSubstring(addr.Spec.Address),
+		ContainSubstring("stays bound"), ContainSubstring("restored")))
+	hasEvent(t, claim, corev1.EventTypeWarning, ipamv1alpha1.ClaimReadySecretValueChangedReason, "stays bound")
+	c := &ipamv1.IPAddressClaim{}
+	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(claim), c)).To(Succeed())
+	g.Expect(c.Status.AddressRef.Name).To(Equal(addr.Name), "the address is still the claim's")
+	g.Expect(holdersOf(addr.Spec.Address + "/32")).To(ConsistOf(HaveField("ExpiresAt", BeNil())))
+
+	setValue(value)
+	readyCondition(t, claim, metav1.ConditionTrue, ipamv1alpha1.ClaimReadyAllocatedReason)
+	hasEvent(t, claim, corev1.EventTypeNormal, ipamv1alpha1.ClaimReadyAllocatedReason, addr.Spec.Address)
+	deleteAndWait(t, claim)
+	g.Expect(holdersOf(addr.Spec.Address+"/32")).To(ConsistOf(HaveField("ExpiresAt", Not(BeNil()))), "released")
+}

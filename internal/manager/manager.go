@@ -113,7 +113,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.SubnetRecheckInterval, "subnet-recheck-interval", time.Minute,
 		"Subnet mode: how long an address found held by someone else in the IPAM-API is skipped before it is tried again (a released address stays held until the IPAM-API's sweeper frees it).")
 	fs.DurationVar(&o.SecretRecheckInterval, "secret-recheck-interval", time.Minute,
-		"How often a claim the IPAM-API refused for a reason only a user can fix (wrong secret, zone, address) looks at its Secret again; a change of the claim or its pool is seen at once.")
+		"How often a claim the IPAM-API refused for a reason only a user can fix (wrong secret, zone, address) looks at its Secret again (a change of the claim or its pool is seen at once), "+
+			"and how often each Secret that owns addresses is looked at again: a value changed in place shows on the claims bound under it.")
 	fs.StringVar(&o.WatchFilter, "watch-filter", "",
 		"Only reconcile objects whose cluster.x-k8s.io/watch-filter label has this value.")
 	fs.BoolVar(&o.EnableWebhooks, "enable-webhooks", true,
@@ -206,6 +207,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	}
 	if err := (&secret.Protector{
 		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Secrets: reg.Secrets, Wake: reg.Wake, Asks: reg.Secrets.Protected.Ask,
+		Resync: o.SecretRecheckInterval,
 		Ledger: &secret.Ledger{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(),
 			Key: types.NamespacedName{Namespace: o.DefaultSecretNamespace, Name: secret.LedgerName}},
 	}).SetupWithManager(ctx, mgr); err != nil {

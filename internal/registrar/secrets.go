@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"maps"
 	"math/big"
 	"strconv"
 	"sync"
@@ -219,8 +220,12 @@ type Protected struct {
 	// is asked (the protector is enqueued by records only).
 	Ask chan event.GenericEvent
 
-	mu      sync.Mutex
-	keys    map[types.NamespacedName]map[string]bool
+	mu   sync.Mutex
+	keys map[types.NamespacedName]map[string]bool
+	// changed is, by Secret, the keys whose value the protector last found changed
+	// since their fingerprint was taken (absent: not looked at since this process
+	// started, or let go).
+	changed map[types.NamespacedName]map[string]bool
 	waiting map[types.NamespacedName]*waiters
 	// recording is, by Secret key, the claim of this process that writes the first
 	// record naming it, and since when.
@@ -301,6 +306,39 @@ func (p *Protected) Await(ref record.ObjectRef, claim types.NamespacedName) (pro
 		}
 	}
 	return false
+}
+
+// Changed reports what the protector's last look at ref's Secret found: whether the
+// value of the key differs from its fingerprint (changed in place after addresses were
+// registered under it), and whether it has looked at the Secret since this process
+// started (known).
+func (p *Protected) Changed(ref record.ObjectRef) (changed, known bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	keys, known := p.changed[ref.ObjectKey()]
+	return keys[ref.Key], known
+}
+
+// SetChanged records the keys of a Secret whose value the protector found changed
+// (nil, with protected false: the Secret is let go), and reports whether that differs
+// from what it found the time before, which the claims bound under the Secret show.
+func (p *Protected) SetChanged(secret types.NamespacedName, changed []string, protected bool) (differs bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	before, known := p.changed[secret]
+	if !protected {
+		delete(p.changed, secret)
+		return known && len(before) > 0
+	}
+	now := map[string]bool{}
+	for _, k := range changed {
+		now[k] = true
+	}
+	if p.changed == nil {
+		p.changed = map[types.NamespacedName]map[string]bool{}
+	}
+	p.changed[secret] = now
+	return !maps.Equal(before, now) && (known || len(now) > 0)
 }
 
 // Set records the keys of a Secret that are protected now (none: it is not), and

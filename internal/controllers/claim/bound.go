@@ -113,6 +113,21 @@ func (h *Handler) bound(ctx context.Context, address *ipamv1.IPAddress) outcome 
 		done.drop = append(done.drop, ipamv1alpha1.ClaimAddressSharedCondition)
 	}
 
+	// A value changed in place since the address was registered under it: the address
+	// stays bound, but nothing can release or rotate it until the value is back. The
+	// protector finds it (Secrets are not watched) and wakes the claim, both ways.
+	switch changed, known := h.Secrets.Protected.Changed(rec.Secret); {
+	case changed:
+		o := failed(ipamv1alpha1.ClaimReadySecretValueChangedReason, fmt.Sprintf("the value of Secret %s/%s key %s changed after "+
+			"address %s was registered under it: the address stays bound to this claim, but releasing or rotating it waits until the "+
+			"previous value is restored (to move addresses to a new value, put it in a new Secret and point the claims at it)",
+			rec.Secret.Namespace, rec.Secret.Name, rec.Secret.Key, address.Spec.Address))
+		o.set, o.drop = done.set, done.drop
+		return o.final()
+	case !known && conditions.GetReason(h.claim, ipamv1.IPAddressClaimReadyCondition) == ipamv1alpha1.ClaimReadySecretValueChangedReason:
+		done.ready = "" // as it was, until the protector has looked at the Secret
+	}
+
 	c, ok := h.toCarry(rec, cur)
 	if !ok {
 		return done

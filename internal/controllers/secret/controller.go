@@ -29,8 +29,9 @@ import (
 
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;patch
 
-// resync is how often a protected Secret is looked at again without an event.
-const resync = 10 * time.Minute
+// defaultResync is how often a protected Secret is looked at again without an event,
+// when Resync is not set.
+const defaultResync = time.Minute
 
 // Protector keeps Secrets that own addresses from being deleted (the finalizer) or
 // silently changed (the fingerprint), from what the cluster records. It is enqueued by
@@ -57,6 +58,10 @@ type Protector struct {
 	// Asks brings the Secrets that waiting claims ask the protector to look at
 	// (registrar.Protected's Ask); nil: none.
 	Asks <-chan event.GenericEvent
+	// Resync is how often a protected Secret is looked at again without an event
+	// (Secrets are not watched): a finalizer or fingerprint someone stripped comes back,
+	// and a value changed in place shows on the claims bound under it. Zero: a minute.
+	Resync time.Duration
 }
 
 // SetupWithManager registers the protector.
@@ -148,6 +153,12 @@ func (p *Protector) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 	if err != nil || sec == nil {
 		// Reads of the Secret from before are not used again: it may have been let go.
 		p.Secrets.Forget(req.NamespacedName)
+		if sec == nil && err == nil {
+			err = p.valueChanged(ctx, req.NamespacedName, nil, nil)
+		}
+		return res, err
+	}
+	if err := p.valueChanged(ctx, req.NamespacedName, sec, ready); err != nil {
 		return res, err
 	}
 	// The claims that waited for the ready keys go on now, with what the API server
@@ -159,6 +170,41 @@ func (p *Protector) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 		}
 	}
 	return res, nil
+}
+
+// valueChanged tells the claims whose records name the Secret (bound ones too, which
+// read it no more) when a protected key's value is found changed since its fingerprint
+// was taken, or back as it was: they say so in their Ready condition.
+func (p *Protector) valueChanged(ctx context.Context, secret types.NamespacedName, sec *corev1.Secret, ready []string) error {
+	var changed []string
+	protected := false
+	if sec != nil && sec.DeletionTimestamp.IsZero() {
+		for k := range record.Fingerprints(sec.Annotations) {
+			protected = true
+			if !slices.Contains(ready, k) {
+				changed = append(changed, k)
+			}
+		}
+	}
+	if !p.Secrets.Protected.SetChanged(secret, changed, protected) || p.Wake == nil {
+		return nil
+	}
+	claims := &ipamv1.IPAddressClaimList{}
+	if err := p.Client.List(ctx, claims, client.MatchingFields{index.ClaimSecret: secret.String()}, client.UnsafeDisableDeepCopy); err != nil {
+		return errors.Wrap(err, "listing the claims that record the Secret")
+	}
+	addrs := &ipamv1.IPAddressList{}
+	if err := p.Client.List(ctx, addrs, client.MatchingFields{index.AddressSecret: secret.String()}, client.UnsafeDisableDeepCopy); err != nil {
+		return errors.Wrap(err, "listing the IPAddresses that record the Secret")
+	}
+	woken := map[types.NamespacedName]bool{}
+	for _, c := range claims.Items {
+		woken[client.ObjectKeyFromObject(&c)] = true
+	}
+	for _, a := range addrs.Items {
+		woken[client.ObjectKeyFromObject(&a)] = true // named like its claim
+	}
+	return registrar.WakeKeys(ctx, p.Wake, slices.Collect(maps.Keys(woken)))
 }
 
 // protect makes the Secret's protection what its records need; it returns the Secret
@@ -205,7 +251,10 @@ func (p *Protector) protect(ctx context.Context, req ctrl.Request) (ctrl.Result,
 	// stripped comes back (Secrets are not watched).
 	res := ctrl.Result{}
 	if len(keys) > 0 {
-		res.RequeueAfter = resync
+		res.RequeueAfter = p.Resync
+		if res.RequeueAfter <= 0 {
+			res.RequeueAfter = defaultResync
+		}
 	}
 	if len(keys) > 0 {
 		// Listed before it is protected: a protected Secret is always listed.
