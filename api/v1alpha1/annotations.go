@@ -113,3 +113,11 @@ const SecretFingerprintsAnnotation = annotationPrefix + "value-fingerprints"
 // DescriptionAnnotation says, on the objects the provider creates for itself (the
 // default secret and the list of protected Secrets), what they are for.
 const DescriptionAnnotation = annotationPrefix + "description"
+
+// SubnetProbeAnnotation on a subnet-mode pool holds, while the pool's subnet is checked
+// against its zone, the address registered for the check (the subnet's first
+// address) and the identity it is registered under, as JSON: written before the
+// request, taken off once the address is released again, so a check cut short is
+// finished by the next reconcile. The pool webhook refuses to delete a pool while it is
+// there.
+const SubnetProbeAnnotation = annotationPrefix + "subnet-probe"

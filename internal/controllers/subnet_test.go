@@ -176,17 +176,20 @@ func TestSubnetModeHundredClaimsInParallel(t *testing.T) {
 	}
 }
 
-// A subnet that lies outside the pool's zone: the IPAM-API refuses its first candidate
-// as not in the zone; the claim says so, and so does the pool, which is not Ready until
-// its subnet is fixed.
+// A subnet that lies outside the pool's zone: the pool finds it itself, before any
+// claim (the IPAM-API refuses the subnet's first address as not in the zone, and
+// nothing stays registered), and is not Ready until its subnet is fixed; a claim says
+// so too.
 func TestSubnetOutsideTheZoneMakesThePoolNotReady(t *testing.T) {
 	g := NewWithT(t)
 	ns := newNamespace(t)
 	pool := newPool(t, ns.Name, "astray", subnetPool("hnet-private", ipamv1alpha1.IPv4, "192.168.77.0/29", "192.168.77.1"))
+	poolReady(t, pool, metav1.ConditionFalse, "SubnetOutsideZone", "subnet 192.168.77.0/29 lies outside zone hnet-private")
+	g.Expect(pool.GetAnnotations()).NotTo(HaveKey(ipamv1alpha1.SubnetProbeAnnotation))
+	g.Expect(holdersOf("192.168.77.0/32")).To(BeEmpty())
 	claim := newClaim(t, ns.Name, "n", pool.Name, nil)
 	cond := readyCondition(t, claim, metav1.ConditionFalse, "SubnetOutsideZone")
 	g.Expect(cond.Message).To(ContainSubstring("is not in zone hnet-private"))
-	poolReady(t, pool, metav1.ConditionFalse, "SubnetOutsideZone", ns.Name+"/n")
 	g.Expect(holdersOf("192.168.77.2/32")).To(BeEmpty())
 
 	// Fixing the subnet fixes both. The claim may be asking once more just then (a
@@ -202,5 +205,34 @@ func TestSubnetOutsideTheZoneMakesThePoolNotReady(t *testing.T) {
 		return env.Client.Update(ctx, pool)
 	}, 30*time.Second, 50*time.Millisecond).Should(Succeed())
 	g.Expect(boundAddress(t, claim).Spec.Address).To(Equal("10.67.0.2"))
+	poolReady(t, pool, metav1.ConditionTrue, "Ready", "accepts zone hnet-private")
+	// The check of the new subnet registered its first address for a moment, under the
+	// pool's own identity, and gave it back.
+	g.Expect(holdersOf("10.67.0.0/32")).To(ConsistOf(And(
+		HaveField("ServiceRef.ServiceName", "vitistack-ipam-subnet-probe"), HaveField("ExpiresAt", Not(BeNil())))))
+	g.Expect(pool.GetAnnotations()).NotTo(HaveKey(ipamv1alpha1.SubnetProbeAnnotation))
+}
+
+// A subnet check cut short (the manager gone between registering the subnet's first
+// address and releasing it) is finished by the next reconcile of the pool: the record
+// on the pool names what to release, with the identity it was registered under.
+func TestACutShortSubnetCheckIsFinished(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	// What a manager that died mid-check left: the registration in the IPAM-API and
+	// its record on the pool.
+	id := `{"serviceName":"vitistack-ipam-subnet-probe","namespaceID":"a-pool-uid-of-before","clusterID":"` + uidOf(t, "kube-system") + `"}`
+	registerDirect(t, `{"secret":"`+defaultSecretValue(t)+`","zone":"hnet-private","ip_family":"ipv4","address":"10.68.0.0/32","service":`+
+		`{"service_name":"vitistack-ipam-subnet-probe","namespace_id":"a-pool-uid-of-before","cluster_id":"`+uidOf(t, "kube-system")+`",`+
+		`"retention_period_days":0,"deny_external_cleanup":false}}`)
+	spec := subnetPool("hnet-private", ipamv1alpha1.IPv4, "10.68.0.0/29", "10.68.0.1")
+	pool := &ipamv1alpha1.VitistackIPPool{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "cut-short",
+		Annotations: map[string]string{ipamv1alpha1.SubnetProbeAnnotation: `{"address":"10.68.0.0/32","identity":` + id + `}`}}, Spec: spec}
+	g.Expect(env.Client.Create(ctx, pool)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(pool), pool)).To(Succeed())
+		g.Expect(pool.Annotations).NotTo(HaveKey(ipamv1alpha1.SubnetProbeAnnotation))
+	}, eventually, poll).Should(Succeed())
+	g.Expect(holdersOf("10.68.0.0/32")).To(HaveEach(HaveField("ExpiresAt", Not(BeNil()))), "the old check's address is released")
 	poolReady(t, pool, metav1.ConditionTrue, "Ready", "accepts zone hnet-private")
 }

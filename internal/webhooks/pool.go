@@ -134,11 +134,18 @@ func (w *Pool) ValidateUpdate(ctx context.Context, oldPool, newPool ipamv1alpha1
 	return nil, apierrors.NewInvalid(ipamv1alpha1.GroupVersion.WithKind(w.Kind).GroupKind(), newPool.GetName(), errs)
 }
 
-// ValidateDelete refuses to delete a pool while claims use it, except when clusterctl
-// move deletes it after copying it to the target cluster.
+// ValidateDelete refuses to delete a pool while claims use it, or while the address its
+// subnet check registered is not released yet, except when clusterctl move deletes it
+// after copying it to the target cluster.
 func (w *Pool) ValidateDelete(ctx context.Context, pool ipamv1alpha1.Pool) (admission.Warnings, error) {
 	if _, moving := pool.GetAnnotations()[clusterctlv1.DeleteForMoveAnnotation]; moving {
 		return nil, nil
+	}
+	gr := ipamv1alpha1.GroupVersion.WithResource(strings.ToLower(w.Kind) + "s").GroupResource()
+	if probe, ok := pool.GetAnnotations()[ipamv1alpha1.SubnetProbeAnnotation]; ok {
+		return nil, apierrors.NewForbidden(gr, pool.GetName(), errors.Errorf(
+			"the check of the pool's subnet against its zone has registered an address that is not released yet (annotation %s: %s): "+
+				"try again in a moment, once the provider has released it", ipamv1alpha1.SubnetProbeAnnotation, probe))
 	}
 	claims := &ipamv1.IPAddressClaimList{}
 	if err := w.Client.List(ctx, claims, w.listOptions(pool, index.ClaimPoolRef)...); err != nil {
@@ -155,7 +162,6 @@ func (w *Pool) ValidateDelete(ctx context.Context, pool ipamv1alpha1.Pool) (admi
 		}
 		names = append(names, claims.Items[i].Namespace+"/"+claims.Items[i].Name)
 	}
-	gr := ipamv1alpha1.GroupVersion.WithResource(strings.ToLower(w.Kind) + "s").GroupResource()
 	return nil, apierrors.NewForbidden(gr, pool.GetName(), errors.Errorf(
 		"%d IPAddressClaims still use this pool (%s): delete them first, so that their addresses are released in the IPAM-API",
 		len(claims.Items), strings.Join(names, ", ")))

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
@@ -58,6 +59,14 @@ type probe struct {
 	at         time.Time
 	next       time.Duration
 	result     check
+	// subnetChecked: the pool's subnet was checked against its zone at this generation,
+	// at subnetAt, and subnetOutside is what was found (nil: inside). A check registers
+	// an address for a moment, so a subnet found inside is not checked again until the
+	// pool changes, and one found outside every pool probe interval (the IPAM-API's
+	// zones may grow).
+	subnetChecked bool
+	subnetAt      time.Time
+	subnetOutside *check
 }
 
 func (r *Reconciler) newPool() ipamv1alpha1.Pool {
@@ -165,6 +174,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if err := r.wakeWaiting(ctx, pool, facts.inUse); err != nil {
 		return ctrl.Result{}, err
 	}
+	if err := r.finishSubnetProbe(ctx, pool); err != nil {
+		return ctrl.Result{}, err
+	}
 	p := r.readiness(ctx, req.NamespacedName, pool)
 	r.compute(pool, facts, p.result)
 	if err := helper.Patch(ctx, pool, patch.WithOwnedConditions{Conditions: []string{ipamv1alpha1.PoolReadyCondition, ipamv1alpha1.PoolExhaustedCondition}}); err != nil {
@@ -193,11 +205,29 @@ func (r *Reconciler) readiness(ctx context.Context, key types.NamespacedName, po
 		interval = 5 * time.Minute
 	}
 	res := r.check(ctx, pool)
+	checked, at, outside := false, time.Time{}, (*check)(nil)
+	if ok && last.uid == pool.GetUID() && last.generation == pool.GetGeneration() &&
+		(last.subnetOutside == nil || time.Since(last.subnetAt) < interval) {
+		checked, at, outside = last.subnetChecked, last.subnetAt, last.subnetOutside
+	}
+	if res.reason == ipamv1alpha1.PoolReadyReason && pool.PoolSpec().Subnet != "" {
+		// Ready at this generation already: checked by this process or an earlier one (a
+		// restart checks nothing again).
+		checked = checked || (pool.PoolStatus().ObservedGeneration == pool.GetGeneration() &&
+			meta.IsStatusConditionTrue(pool.PoolStatus().Conditions, ipamv1alpha1.PoolReadyCondition))
+		if !checked {
+			outside, checked = r.checkSubnet(ctx, pool)
+			at = time.Now()
+		}
+		if outside != nil {
+			res = *outside
+		}
+	}
 	next := interval
 	if res.reason != ipamv1alpha1.PoolReadyReason {
 		next = min(interval, time.Minute) // a broken pool is checked again sooner; a fix to the pool triggers at once
 	}
-	p := probe{uid: pool.GetUID(), generation: pool.GetGeneration(), at: time.Now(), next: next, result: res}
+	p := probe{uid: pool.GetUID(), generation: pool.GetGeneration(), at: time.Now(), next: next, result: res, subnetChecked: checked, subnetAt: at, subnetOutside: outside}
 	r.mu.Lock()
 	r.probed[key] = p
 	r.mu.Unlock()

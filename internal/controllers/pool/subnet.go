@@ -1,0 +1,145 @@
+package pool
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+
+	"github.com/pkg/errors"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/record"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi"
+)
+
+// +kubebuilder:rbac:groups=ipam.vitistack.io,resources=vitistackippools;globalvitistackippools,verbs=patch
+
+// subnetProbeServiceName is the service_name of the check of a pool's subnet against
+// its zone; its namespace_id is the pool's UID.
+const subnetProbeServiceName = "vitistack-ipam-subnet-probe"
+
+// checkSubnet asks the IPAM-API whether a subnet-mode pool's subnet lies in its zone,
+// and returns a SubnetOutsideZone check when it does not (nil: inside, or no answer
+// either way; checked is false for the latter). Only a registration checks an address against
+// a zone, so it registers the subnet's first address (which subnet mode never hands
+// out) under the pool's probe identity and releases it at once, recording it on the
+// pool in between. It runs after the pool's readiness check passed.
+func (r *Reconciler) checkSubnet(ctx context.Context, pool ipamv1alpha1.Pool) (outside *check, checked bool) {
+	reg, err := r.ForPool(ctx, pool)
+	if err != nil {
+		return nil, false
+	}
+	api, err := r.API(ctx, reg)
+	if err != nil {
+		return nil, false
+	}
+	sec, err := r.Secrets.Get(ctx, reg.Secret, false)
+	if err != nil {
+		return nil, false
+	}
+	secret := sec.Value
+	spec := pool.PoolSpec()
+	prefix, err := netip.ParsePrefix(spec.Subnet)
+	if err != nil {
+		return nil, false // refused at admission
+	}
+	probe := *reg
+	probe.Address = netip.PrefixFrom(prefix.Masked().Addr(), prefix.Addr().BitLen()).String()
+	probe.Identity.ServiceName, probe.Identity.NamespaceID = subnetProbeServiceName, string(pool.GetUID())
+	probe.RetentionPeriodDays = 0
+	if err := r.setProbe(ctx, pool, &probe); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Not checking the pool's subnet against its zone")
+		return nil, false
+	}
+	_, err = api.Register(ctx, probe.Request(secret))
+	class := ipamapi.ClassOf(err)
+	if class != ipamapi.ClassNotInZone && class != ipamapi.ClassWrongSecret && class != ipamapi.ClassValidation {
+		// Registered, or perhaps registered: given back before the record goes.
+		if err := r.releaseProbe(ctx, pool, api, &probe, secret); err != nil {
+			ctrl.LoggerFrom(ctx).Error(err, "Releasing the address of the pool's subnet check; retried")
+			return nil, false
+		}
+	} else if err := r.setProbe(ctx, pool, nil); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Taking the record of the pool's subnet check off")
+	}
+	if class != ipamapi.ClassNotInZone {
+		return nil, err == nil || class == ipamapi.ClassWrongSecret
+	}
+	return &check{ipamv1alpha1.PoolReadySubnetOutsideZoneReason, fmt.Sprintf("subnet %s lies outside zone %s: the IPAM-API at %s "+
+		"refuses its address %s as not valid for the zone (%v); fix spec.subnet or spec.zone", spec.Subnet, spec.Zone, reg.Endpoint, probe.Address, err)}, true
+}
+
+// probeRecord is what SubnetProbeAnnotation holds: the address and the identity it was
+// registered under (recorded, as the pool's UID and the cluster's change with
+// clusterctl move).
+type probeRecord struct {
+	Address  string           `json:"address"`
+	Identity ipamapi.Identity `json:"identity"`
+}
+
+// finishSubnetProbe releases the address of a subnet check that was cut short (the
+// record is still on the pool) and takes the record off.
+func (r *Reconciler) finishSubnetProbe(ctx context.Context, pool ipamv1alpha1.Pool) error {
+	value, ok := pool.GetAnnotations()[ipamv1alpha1.SubnetProbeAnnotation]
+	if !ok {
+		return nil
+	}
+	var rec probeRecord
+	if err := json.Unmarshal([]byte(value), &rec); err != nil || rec.Address == "" {
+		return r.setProbe(ctx, pool, nil) // not the provider's: nothing it registered
+	}
+	reg, err := r.ForPool(ctx, pool)
+	if err != nil {
+		return err
+	}
+	api, err := r.API(ctx, reg)
+	if err != nil {
+		return err
+	}
+	sec, err := r.Secrets.Get(ctx, reg.Secret, false)
+	if err != nil {
+		return errors.Wrap(err, "reading the pool's Secret to finish its subnet check")
+	}
+	reg.Address, reg.Identity, reg.RetentionPeriodDays = rec.Address, rec.Identity, 0
+	return r.releaseProbe(ctx, pool, api, reg, sec.Value)
+}
+
+// releaseProbe gives the probe's address back (not held: given back already) and
+// takes the record off the pool.
+func (r *Reconciler) releaseProbe(ctx context.Context, pool ipamv1alpha1.Pool, api ipamapi.Client, probe *record.Registration, secret ipamapi.Secret) error {
+	if _, err := api.Release(ctx, probe.Request(secret)); err != nil && ipamapi.ClassOf(err) != ipamapi.ClassNotHeld {
+		return errors.Wrapf(err, "releasing %s, registered to check the pool's subnet against its zone", probe.Address)
+	}
+	return r.setProbe(ctx, pool, nil)
+}
+
+// setProbe records a subnet check's registration on the pool (nil: takes it off).
+func (r *Reconciler) setProbe(ctx context.Context, pool ipamv1alpha1.Pool, probe *record.Registration) error {
+	value := ""
+	if probe != nil {
+		b, err := json.Marshal(probeRecord{Address: probe.Address, Identity: probe.Identity})
+		if err != nil {
+			return err
+		}
+		value = string(b)
+	}
+	if have, ok := pool.GetAnnotations()[ipamv1alpha1.SubnetProbeAnnotation]; have == value && ok == (probe != nil) {
+		return nil
+	}
+	before := pool.DeepCopyObject().(ipamv1alpha1.Pool)
+	ann := pool.GetAnnotations()
+	if ann == nil {
+		ann = map[string]string{}
+	}
+	if probe == nil {
+		delete(ann, ipamv1alpha1.SubnetProbeAnnotation)
+	} else {
+		ann[ipamv1alpha1.SubnetProbeAnnotation] = value
+	}
+	pool.SetAnnotations(ann)
+	return errors.Wrap(r.Client.Patch(ctx, pool, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})),
+		"recording the pool's subnet check")
+}
