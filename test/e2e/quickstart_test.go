@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -27,17 +28,27 @@ import (
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/manager"
 )
 
-// The quickstart (`make quickstart` runs bin/quickstart) allocates the examples'
-// addresses and prints them as README.md shows, with a KUBECONFIG that works; it serves
-// both webhooks (a bad Service annotation is refused at admission); it restarts its
-// manager after a kill -9, saying so, and the new one binds a new claim; on Ctrl-C it
-// stops every process it started.
+// `make quickstart`, run as a user runs it, allocates the examples' addresses and
+// prints them as README.md shows, with a KUBECONFIG that works; it serves both webhooks
+// (a bad Service annotation is refused at admission); it restarts its manager after a
+// kill -9, saying so, and the new one binds a new claim; stopped as a script stops it
+// (SIGTERM to make, which passes it on) it stops every process it started.
 func TestQuickstart(t *testing.T) {
 	g := newG(t)
 	ctx := context.Background()
 	dir := filepath.Join(workDir, "quickstart")
-	cmd := exec.Command(paths.Quickstart, "--dir", dir, "--templates", filepath.Join("..", "..", "templates"))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // Ctrl-C reaches it alone, as from a terminal
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	g.Expect(err).NotTo(HaveOccurred())
+	cmd := exec.Command("make", "--no-print-directory", "quickstart",
+		"KUBE_VERSION="+filepath.Base(os.Getenv("KUBEBUILDER_ASSETS")), // the control plane this run tests, built already
+		"QUICKSTART_FLAGS=--dir "+dir)
+	cmd.Dir = root
+	for _, e := range os.Environ() { // not a sub-make of the make that may run this test
+		if k, _, _ := strings.Cut(e, "="); k != "MAKEFLAGS" && k != "MAKELEVEL" && k != "MFLAGS" {
+			cmd.Env = append(cmd.Env, e)
+		}
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // its own process group, as a terminal gives it
 	stdout, err := cmd.StdoutPipe()
 	g.Expect(err).NotTo(HaveOccurred())
 	cmd.Stderr = cmd.Stdout
@@ -49,11 +60,11 @@ func TestQuickstart(t *testing.T) {
 			return
 		default:
 		}
-		_ = cmd.Process.Signal(syscall.SIGINT)
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGINT) // Ctrl-C, to the whole group
 		select {
 		case <-exited:
 		case <-time.After(time.Minute):
-			_ = cmd.Process.Kill()
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		}
 	})
 
@@ -163,8 +174,9 @@ func TestQuickstart(t *testing.T) {
 		g.Expect(got.Status.AddressRef.Name).NotTo(BeEmpty())
 	}).Should(Succeed(), "the restarted manager did not bind a new claim")
 
-	// Ctrl-C: it exits cleanly and nothing it started is left listening.
-	g.Expect(cmd.Process.Signal(syscall.SIGINT)).To(Succeed())
+	// SIGTERM to make alone, as a script stops it: it stops, and nothing it started is
+	// left listening.
+	g.Expect(cmd.Process.Signal(syscall.SIGTERM)).To(Succeed())
 	stopped := time.After(time.Minute)
 	for open := true; open; {
 		select {
@@ -173,10 +185,15 @@ func TestQuickstart(t *testing.T) {
 				out.WriteString(l + "\n")
 			}
 		case <-stopped:
-			t.Fatalf("the quickstart did not stop within a minute of Ctrl-C:\n%s", out.String())
+			t.Fatalf("make quickstart did not stop within a minute of SIGTERM:\n%s", out.String())
 		}
 	}
-	g.Expect(<-done).To(Succeed(), out.String())
+	g.Expect(out.String()).To(ContainSubstring("==> Stopping"), "the quickstart itself was not told to stop")
+	// make ends as the signal asks once its recipe has stopped; anything else is a failure.
+	if err := <-done; err != nil {
+		var exit *exec.ExitError
+		g.Expect(errors.As(err, &exit) && exit.Sys().(syscall.WaitStatus).Signal() == syscall.SIGTERM).To(BeTrue(), "%v\n%s", err, out.String())
+	}
 	for _, u := range []string{server, sim[1]} {
 		parsed, err := url.Parse(u)
 		g.Expect(err).NotTo(HaveOccurred())
