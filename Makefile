@@ -56,6 +56,10 @@ export E2E_CLUSTERCTL := $(CLUSTERCTL)
 export E2E_MANAGER := $(MANAGER)
 export E2E_IPAM_API_SIM := $(IPAM_API_SIM)
 export E2E_QUICKSTART := $(BIN)/quickstart
+METALLB := $(BIN)/metallb-controller
+METALLB_CRDS := $(BIN)/metallb-crds
+export E2E_METALLB := $(METALLB)
+export E2E_METALLB_CRDS := $(METALLB_CRDS)
 export E2E_VERSION := $(VERSION)
 export E2E_IMAGE := $(IMG)
 
@@ -211,7 +215,7 @@ test-e2e: test-assets e2e-assets ## Only the end-to-end tests (clusterctl, manag
 test-assets: $(TEST_ASSETS) ## Build kube-apiserver, kube-controller-manager and etcd into bin/ (cached).
 
 .PHONY: e2e-assets
-e2e-assets: build local-repository $(CLUSTERCTL) ## Build what test/e2e and the quickstart run: binaries, release, clusterctl repository.
+e2e-assets: build local-repository $(CLUSTERCTL) $(METALLB) ## Build what test/e2e and the quickstart run: binaries, release, clusterctl repository, MetalLB's controller.
 
 ##@ Tools (cached in bin/)
 
@@ -233,6 +237,15 @@ $(CLUSTERCTL): hack/tools/clusterctl/go.mod
 	@cd hack/tools/clusterctl && $(PROGRESS) "Building clusterctl $(CLUSTERCTL_VERSION) from source into bin/ (first run only, ~2 min)" -- go build -ldflags "-X sigs.k8s.io/cluster-api/version.gitVersion=$(CLUSTERCTL_VERSION) \
 		-X sigs.k8s.io/cluster-api/version.gitMajor=1 -X sigs.k8s.io/cluster-api/version.gitMinor=$(word 2,$(subst ., ,$(CLUSTERCTL_VERSION)))" \
 		-o $@ sigs.k8s.io/cluster-api/cmd/clusterctl
+
+# MetalLB's controller and its CRDs, for the end-to-end tests and the quickstart: the
+# controller alone (no speaker: nothing needs announcing on loopback).
+$(METALLB): hack/tools/metallb/go.mod
+	@cd hack/tools/metallb && $(PROGRESS) "Building MetalLB's controller from source into bin/ (first run only, ~3 min)" -- \
+		env CGO_ENABLED=0 go build -trimpath -o $@ go.universe.tf/metallb/controller
+	@rm -rf $(METALLB_CRDS) && mkdir -p $(METALLB_CRDS) && \
+		cp "$$(cd hack/tools/metallb && go list -m -f '{{.Dir}}' go.universe.tf/metallb)"/config/crd/bases/*.yaml $(METALLB_CRDS)/ && \
+		chmod u+w $(METALLB_CRDS)/*.yaml
 
 # The Cluster API in-cluster IPAM provider, the baseline of make bench-compare.
 IPAM_INCLUSTER := $(BIN)/ipam-incluster

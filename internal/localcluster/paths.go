@@ -18,20 +18,24 @@ type Paths struct {
 	Repository string
 	// Version is the provider's version in the repository, Image its default image.
 	Version, Image string
+	// MetalLB is MetalLB's controller binary, MetalLBCRDs the directory of its CRDs.
+	MetalLB, MetalLBCRDs string
 }
 
 // PathsFromEnv reads the paths `make e2e-assets` exports. ok is false when
 // E2E_REPOSITORY is not set (not run through make).
 func PathsFromEnv() (p Paths, ok bool) {
 	p = Paths{
-		Assets:     os.Getenv("KUBEBUILDER_ASSETS"),
-		Clusterctl: os.Getenv("E2E_CLUSTERCTL"),
-		Manager:    os.Getenv("E2E_MANAGER"),
-		Sim:        os.Getenv("E2E_IPAM_API_SIM"),
-		Quickstart: os.Getenv("E2E_QUICKSTART"),
-		Repository: os.Getenv("E2E_REPOSITORY"),
-		Version:    os.Getenv("E2E_VERSION"),
-		Image:      os.Getenv("E2E_IMAGE"),
+		Assets:      os.Getenv("KUBEBUILDER_ASSETS"),
+		Clusterctl:  os.Getenv("E2E_CLUSTERCTL"),
+		Manager:     os.Getenv("E2E_MANAGER"),
+		Sim:         os.Getenv("E2E_IPAM_API_SIM"),
+		Quickstart:  os.Getenv("E2E_QUICKSTART"),
+		Repository:  os.Getenv("E2E_REPOSITORY"),
+		Version:     os.Getenv("E2E_VERSION"),
+		Image:       os.Getenv("E2E_IMAGE"),
+		MetalLB:     os.Getenv("E2E_METALLB"),
+		MetalLBCRDs: os.Getenv("E2E_METALLB_CRDS"),
 	}
 	return p, p.Repository != ""
 }
@@ -44,7 +48,7 @@ func (p Paths) Check() error {
 	for _, f := range []string{
 		filepath.Join(p.Assets, "kube-apiserver"), filepath.Join(p.Assets, "etcd"),
 		filepath.Join(p.Assets, "kube-controller-manager"),
-		p.Clusterctl, p.Manager, p.Sim, p.Quickstart, p.ClusterctlConfig(),
+		p.Clusterctl, p.Manager, p.Sim, p.Quickstart, p.ClusterctlConfig(), p.MetalLB, p.MetalLBCRDs,
 	} {
 		if _, err := os.Stat(f); err != nil {
 			return errors.Errorf("%s is missing: run 'make e2e-assets test-assets'", f)

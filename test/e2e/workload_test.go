@@ -70,28 +70,7 @@ func TestWorkloadFlavourTakesOverFromTheIPAMOperator(t *testing.T) {
 	versions, err := testenv.WatchVersions(ctx, w.Config, &corev1.ServiceList{}, legacy)
 	g.Expect(err).NotTo(HaveOccurred())
 
-	// cert-manager's CRDs (its Certificate and Issuer are in the flavour), then the flavour
-	// rendered with its variables.
-	certManager, err := filepath.Glob(filepath.Join(paths.Repository, "cert-manager", "*", "cert-manager.yaml"))
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(certManager).To(HaveLen(1))
-	crds, err := os.ReadFile(certManager[0])
-	g.Expect(err).NotTo(HaveOccurred())
-	_, err = w.Apply(ctx, string(crds))
-	g.Expect(err).NotTo(HaveOccurred())
-	flavour, err := w.GenerateYAML(ctx, map[string]string{"VITISTACK_IPAM_API_URL": ipamAPI.URL, "VITISTACK_LOG_LEVEL": "2"},
-		filepath.Join(paths.Repository, "ipam-vitistack", paths.Version, "ipam-components-workload.yaml"))
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Eventually(func() error { // until the CRDs just created are served
-		_, err := w.Apply(ctx, flavour)
-		return err
-	}).Should(Succeed())
-
-	// CAPI's IPAM CRDs come with it, serving v1beta2 only (no conversion webhook needed).
-	crd := &apiextensionsv1.CustomResourceDefinition{}
-	g.Expect(w.Client.Get(ctx, client.ObjectKey{Name: "ipaddressclaims.ipam.cluster.x-k8s.io"}, crd)).To(Succeed())
-	g.Expect(crd.Spec.Versions).To(HaveLen(1))
-	g.Expect(crd.Spec.Versions[0].Name).To(Equal("v1beta2"))
+	installWorkloadFlavour(t, w)
 
 	mgr, err := w.StartManager(ctx, nil)
 	g.Expect(err).NotTo(HaveOccurred())
@@ -99,6 +78,22 @@ func TestWorkloadFlavourTakesOverFromTheIPAMOperator(t *testing.T) {
 	g.Expect(mgr.Logs()).To(ContainSubstring("Registering webhook"))
 	g.Expect(mgr.Logs()).To(ContainSubstring("/validate--v1-service"))
 
+	// The pool comes after the Service was looked at and found none, twice: once when
+	// the provider took it (its finalizer), once for that write; after that only the
+	// pool's arrival can bring it back (the order the migration guide gives: the manager
+	// first, then the pools).
+	g.Eventually(func() int {
+		n := 0
+		for _, e := range eventsOf(t, w, legacy) {
+			if e.Reason == ipamv1alpha1.EventNoPoolReason {
+				n += max(1, int(e.Count))
+				if e.Series != nil {
+					n += int(e.Series.Count) - 1
+				}
+			}
+		}
+		return n
+	}).Should(BeNumerically(">=", 2))
 	g.Expect(w.Client.Create(ctx, &ipamv1alpha1.GlobalVitistackIPPool{
 		ObjectMeta: metav1.ObjectMeta{Name: "hnet-private-ipv4"},
 		Spec:       ipamv1alpha1.VitistackIPPoolSpec{Zone: "hnet-private", IPFamily: ipamv1alpha1.IPv4},
@@ -147,4 +142,33 @@ func TestWorkloadFlavourTakesOverFromTheIPAMOperator(t *testing.T) {
 	deleteAndWait(t, w, legacy)
 	g.Expect(activeHolders(t, kept)).To(BeEmpty(), "deleting the operator's Service did not release %s", kept)
 	g.Expect(rbacRefusal.FindString(mgr.Logs())).To(BeEmpty(), "the manager was refused a request by RBAC; see %s", mgr.LogFile)
+}
+
+// installWorkloadFlavour installs the Services flavour (release asset
+// ipam-components-workload.yaml) on w as docs/services.md says: cert-manager's CRDs (its
+// Certificate and Issuer are in the flavour), then the flavour rendered with its
+// variables. CAPI's IPAM CRDs come with it, serving v1beta2 only (no conversion
+// webhook needed).
+func installWorkloadFlavour(t *testing.T, w *localcluster.ControlPlane) {
+	t.Helper()
+	g := newG(t)
+	ctx := context.Background()
+	certManager, err := filepath.Glob(filepath.Join(paths.Repository, "cert-manager", "*", "cert-manager.yaml"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(certManager).To(HaveLen(1))
+	crds, err := os.ReadFile(certManager[0])
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = w.Apply(ctx, string(crds))
+	g.Expect(err).NotTo(HaveOccurred())
+	flavour, err := w.GenerateYAML(ctx, map[string]string{"VITISTACK_IPAM_API_URL": ipamAPI.URL, "VITISTACK_LOG_LEVEL": "2"},
+		filepath.Join(paths.Repository, "ipam-vitistack", paths.Version, "ipam-components-workload.yaml"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Eventually(func() error { // until the CRDs just created are served
+		_, err := w.Apply(ctx, flavour)
+		return err
+	}).Should(Succeed())
+	crd := &apiextensionsv1.CustomResourceDefinition{}
+	g.Expect(w.Client.Get(ctx, client.ObjectKey{Name: "ipaddressclaims.ipam.cluster.x-k8s.io"}, crd)).To(Succeed())
+	g.Expect(crd.Spec.Versions).To(HaveLen(1))
+	g.Expect(crd.Spec.Versions[0].Name).To(Equal("v1beta2"))
 }

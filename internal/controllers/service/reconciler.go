@@ -90,7 +90,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 				DeleteFunc:  func(event.DeleteEvent) bool { return false },
 				GenericFunc: func(event.GenericEvent) bool { return false },
 			}).
-		Watches(&ipamv1alpha1.GlobalVitistackIPPool{}, handler.EnqueueRequestsFromMapFunc(r.servicesWithoutAddresses),
+		Watches(&ipamv1alpha1.GlobalVitistackIPPool{}, handler.EnqueueRequestsFromMapFunc(r.servicesWaitingForAPool),
 			predicate.Funcs{
 				CreateFunc:  func(event.CreateEvent) bool { return true },
 				UpdateFunc:  func(e event.UpdateEvent) bool { return e.ObjectOld.GetGeneration() != e.ObjectNew.GetGeneration() },
@@ -120,21 +120,40 @@ func (r *Reconciler) serviceOfAddress(ctx context.Context, o client.Object) []re
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: claim.Namespace, Name: owner.Name}}}
 }
 
-// servicesWithoutAddresses re-queues the served Services that lack an address, when a
-// pool appears or changes.
-func (r *Reconciler) servicesWithoutAddresses(ctx context.Context, _ client.Object) []reconcile.Request {
+// servicesWaitingForAPool re-queues the served Services that may wait for a pool,
+// when a pool appears or changes.
+func (r *Reconciler) servicesWaitingForAPool(ctx context.Context, _ client.Object) []reconcile.Request {
 	list := &corev1.ServiceList{}
 	if err := r.Client.List(ctx, list); err != nil {
 		return nil
 	}
 	var reqs []reconcile.Request
 	for i := range list.Items {
-		svc := &list.Items[i]
-		if r.serves(svc) && svc.Annotations[lbservice.MetalLBLoadBalancerIPsAnnotation] == "" {
+		if svc := &list.Items[i]; r.serves(svc) && r.waitsForAPool(ctx, svc) {
 			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(svc)})
 		}
 	}
 	return reqs
+}
+
+// waitsForAPool reports whether a served Service may be waiting for a pool: a family it
+// asks for has no claim yet (a Service taken over from the IPAM-operator has MetalLB's
+// annotation before it has claims; a dual-stack one may have a claim for one family).
+func (r *Reconciler) waitsForAPool(ctx context.Context, svc *corev1.Service) bool {
+	spec, errs := lbservice.Parse(svc, r.DefaultZone)
+	if len(errs) > 0 {
+		return false // says so already; a pool changes nothing
+	}
+	claims, err := r.claimsOf(ctx, svc)
+	if err != nil {
+		return true
+	}
+	for _, fam := range spec.Families {
+		if len(claims[fam]) == 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // serves reports whether the Service controller serves svc.

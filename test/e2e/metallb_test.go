@@ -1,0 +1,156 @@
+package e2e
+
+import (
+	"context"
+	"net/netip"
+	"slices"
+	"testing"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/localcluster"
+)
+
+// MetalLB's controller in the loop, with the Services flavour: every LoadBalancer
+// Service ends with status.loadBalancer.ingress equal to exactly the addresses the
+// IPAM-API registered for it, under its identity (single stack IPv4 and IPv6, dual
+// stack, two Services sharing an address by consent, an address requested and then
+// changed); a third Service asking for a shared address without the share key gets
+// nothing MetalLB could announce; deleting them releases every address, and the
+// accounting oracle finds nothing wrong.
+func TestMetalLBAnnouncesWhatTheIPAMAPIRegistered(t *testing.T) {
+	g := newG(t)
+	ctx := context.Background()
+	w, err := localcluster.StartControlPlane(workDir, "metallb", paths)
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(w.Stop)
+	installWorkloadFlavour(t, w)
+	mgr, err := w.StartManager(ctx, nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(mgr.Stop)
+	metallb, err := w.StartMetalLB(ctx, localcluster.StandInPools())
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(metallb.Stop)
+	newGlobalPool(t, w, "hnet-private-ipv4", "hnet-private", ipamv1alpha1.IPv4)
+	newGlobalPool(t, w, "inet-ipv4", "inet", ipamv1alpha1.IPv4)
+	newGlobalPool(t, w, "inet-ipv6", "inet", ipamv1alpha1.IPv6)
+	ns := newNamespace(t, w, "lb")
+	nsUID := uidOf(t, w, ns)
+
+	service := func(name string, port int32, annotations map[string]string, families ...corev1.IPFamily) *corev1.Service {
+		svc := &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: annotations},
+			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Selector: map[string]string{"app": name},
+				Ports: []corev1.ServicePort{{Name: "p", Port: port, Protocol: corev1.ProtocolTCP}}, IPFamilies: families},
+		}
+		if len(families) == 2 {
+			svc.Spec.IPFamilyPolicy = ptr.To(corev1.IPFamilyPolicyRequireDualStack)
+		}
+		g.Expect(w.Client.Create(ctx, svc)).To(Succeed())
+		return svc
+	}
+	// announced waits until MetalLB's status of the Service lists n addresses and
+	// returns them.
+	announced := func(svc *corev1.Service, n int) []string {
+		t.Helper()
+		var ips []string
+		g.Eventually(func() []string { ips = announcedNow(t, w, svc); return ips }).Should(HaveLen(n))
+		return ips
+	}
+	// registeredFor checks that the IPAM-API holds every address for the Service's
+	// identity (its name, its namespace's UID), and only for the Services named.
+	registeredFor := func(ips []string, names ...string) {
+		t.Helper()
+		for _, ip := range ips {
+			var holders []string
+			for _, h := range activeHolders(t, ip) {
+				g.Expect(h.NamespaceID).To(Equal(nsUID))
+				holders = append(holders, h.ServiceName)
+			}
+			g.Expect(holders).To(ConsistOf(names), "the holders of %s in the IPAM-API", ip)
+		}
+	}
+
+	v4 := service("v4", 443, map[string]string{ipamv1alpha1.ZoneAnnotation: "hnet-private"})
+	ips := announced(v4, 1)
+	g.Expect(netip.MustParsePrefix("10.0.0.0/8").Contains(netip.MustParseAddr(ips[0]))).To(BeTrue(), ips[0])
+	registeredFor(ips, "v4")
+
+	v6 := service("v6", 443, map[string]string{ipamv1alpha1.ZoneAnnotation: "inet", ipamv1alpha1.IPFamilyAnnotation: "ipv6"}, corev1.IPv6Protocol)
+	ips = announced(v6, 1)
+	g.Expect(netip.MustParsePrefix("2a05:1234::/64").Contains(netip.MustParseAddr(ips[0]))).To(BeTrue(), ips[0])
+	registeredFor(ips, "v6")
+
+	dual := service("dual", 443, map[string]string{ipamv1alpha1.ZoneAnnotation: "inet", ipamv1alpha1.IPFamilyAnnotation: "dual"},
+		corev1.IPv4Protocol, corev1.IPv6Protocol)
+	ips = announced(dual, 2)
+	slices.SortFunc(ips, func(a, b string) int { return netip.MustParseAddr(a).Compare(netip.MustParseAddr(b)) })
+	g.Expect(netip.MustParseAddr(ips[0]).Is4() && netip.MustParseAddr(ips[1]).Is6()).To(BeTrue(), "%v", ips)
+	registeredFor(ips, "dual")
+
+	// Two Services share one address by consent (the same key, ports that do not
+	// overlap); MetalLB announces it for both.
+	const key = "pre-shared-key-e2e-metallb-sharing-0001"
+	first := service("first", 443, map[string]string{ipamv1alpha1.ZoneAnnotation: "inet", ipamv1alpha1.AllowLocalSharedIPAnnotation: key})
+	shared := announced(first, 1)[0]
+	second := service("second", 8443, map[string]string{ipamv1alpha1.ZoneAnnotation: "inet",
+		ipamv1alpha1.AllowLocalSharedIPAnnotation: key, ipamv1alpha1.AddressesAnnotation: shared})
+	g.Expect(announced(second, 1)).To(Equal([]string{shared}))
+	registeredFor([]string{shared}, "first", "second")
+	// A third asks for it without the key: its claim says so, and MetalLB is never
+	// handed the address for it.
+	third := service("third", 9443, map[string]string{ipamv1alpha1.ZoneAnnotation: "inet", ipamv1alpha1.AddressesAnnotation: shared})
+	g.Eventually(func() []string {
+		var reasons []string
+		for _, e := range eventsOf(t, w, third) {
+			reasons = append(reasons, e.Reason)
+		}
+		return reasons
+	}).Should(ContainElement(ipamv1alpha1.ClaimReadyAddressInUseReason))
+	got := &corev1.Service{}
+	g.Expect(w.Client.Get(ctx, client.ObjectKeyFromObject(third), got)).To(Succeed())
+	g.Expect(got.Annotations).NotTo(HaveKey("metallb.io/loadBalancerIPs"))
+	g.Expect(got.Status.LoadBalancer.Ingress).To(BeEmpty())
+	registeredFor([]string{shared}, "first", "second")
+
+	// An address asked for, then another: MetalLB moves to it, and the first is released.
+	old := announced(v4, 1)[0]
+	moved := &corev1.Service{}
+	g.Expect(w.Client.Get(ctx, client.ObjectKeyFromObject(v4), moved)).To(Succeed())
+	patch := client.MergeFrom(moved.DeepCopy())
+	moved.Annotations[ipamv1alpha1.AddressesAnnotation] = "10.99.0.7"
+	g.Expect(w.Client.Patch(ctx, moved, patch)).To(Succeed())
+	g.Eventually(func() []string { return announcedNow(t, w, v4) }).Should(Equal([]string{"10.99.0.7"}))
+	registeredFor([]string{"10.99.0.7"}, "v4")
+	g.Eventually(func() int { return len(activeHolders(t, old)) }).Should(BeZero(), "the old address %s is released", old)
+
+	all := []*corev1.Service{v4, v6, dual, first, second, third}
+	var addresses []string
+	for _, s := range all[:5] {
+		addresses = append(addresses, announcedNow(t, w, s)...)
+	}
+	for _, s := range all {
+		deleteAndWait(t, w, s)
+	}
+	for _, ip := range addresses {
+		g.Expect(activeHolders(t, ip)).To(BeEmpty(), "%s is released", ip)
+	}
+	settledAccounts(t, w, map[string]bool{nsUID: true})
+}
+
+// announcedNow is what MetalLB's status of the Service lists now.
+func announcedNow(t *testing.T, w *localcluster.ControlPlane, svc *corev1.Service) []string {
+	t.Helper()
+	got := &corev1.Service{}
+	newG(t).Expect(w.Client.Get(context.Background(), client.ObjectKeyFromObject(svc), got)).To(Succeed())
+	var ips []string
+	for _, in := range got.Status.LoadBalancer.Ingress {
+		ips = append(ips, in.IP)
+	}
+	return ips
+}
