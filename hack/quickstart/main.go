@@ -146,6 +146,12 @@ func run(ctx context.Context, stop func(), o options) error {
 	}
 	step("The manager runs (pid %d, log %s), %s; both webhooks are served", mgr.Pid(), mgr.LogFile, restarting)
 	go sup.watch(ctx)
+	step("Starting MetalLB's controller, with pools over the IPAM-API's zones (autoAssign: false; no speaker: nothing is announced on loopback)")
+	metallb, err := cp.StartMetalLB(ctx, localcluster.StandInPools())
+	if err != nil {
+		return err
+	}
+	defer metallb.Stop()
 
 	secret := make([]byte, 16)
 	_, _ = rand.Read(secret)
@@ -195,7 +201,7 @@ const readyText = `
 Ready (%s). Explore with kubectl:
 
   export KUBECONFIG=%s
-  kubectl get globalvitistackippools,ipaddressclaims -A
+  kubectl get globalvitistackippools,ipaddressclaims,services -A
   kubectl get ipaddresses.ipam.cluster.x-k8s.io -A -L ipam.vitistack.io/zone,ipam.vitistack.io/ip-family
   kubectl describe ipaddressclaim example-any
   make status
@@ -269,7 +275,7 @@ func pending(ctx context.Context, c client.Client) ([]string, error) {
 		return nil, err
 	}
 	for _, s := range svcs.Items {
-		if s.Spec.Type == corev1.ServiceTypeLoadBalancer && s.Annotations["metallb.io/loadBalancerIPs"] == "" {
+		if s.Spec.Type == corev1.ServiceTypeLoadBalancer && (s.Annotations["metallb.io/loadBalancerIPs"] == "" || len(s.Status.LoadBalancer.Ingress) == 0) {
 			out = append(out, "Service "+s.Name)
 		}
 	}

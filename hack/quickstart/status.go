@@ -72,7 +72,7 @@ func printStatus(ctx context.Context, c client.Reader, out io.Writer, now time.T
 	_ = w.Flush()
 
 	_, _ = fmt.Fprintln(out)
-	row("SERVICE", "ZONE", "FAMILY", "ADDRESSES", "AGE")
+	row("SERVICE", "ZONE", "FAMILY", "ADDRESSES", "EXTERNAL-IP", "AGE")
 	sort.Slice(svcs.Items, func(i, j int) bool {
 		return svcs.Items[i].Namespace+"/"+svcs.Items[i].Name < svcs.Items[j].Namespace+"/"+svcs.Items[j].Name
 	})
@@ -84,8 +84,13 @@ func printStatus(ctx context.Context, c client.Reader, out io.Writer, now time.T
 		if addresses == "" {
 			addresses = "-"
 		}
+		var external []string // what MetalLB announces, IPv4 first as in ADDRESSES
+		for _, in := range s.Status.LoadBalancer.Ingress {
+			external = append(external, in.IP)
+		}
+		sort.SliceStable(external, func(i, j int) bool { return !strings.Contains(external[i], ":") && strings.Contains(external[j], ":") })
 		row(s.Namespace+"/"+s.Name, orDash(s.Annotations[ipamv1alpha1.ZoneAnnotation]), orDash(s.Annotations[ipamv1alpha1.IPFamilyAnnotation]),
-			addresses, age(now, s.CreationTimestamp.Time))
+			addresses, orDash(strings.Join(external, ",")), age(now, s.CreationTimestamp.Time))
 	}
 	_ = w.Flush()
 

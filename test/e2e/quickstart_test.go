@@ -117,6 +117,13 @@ func TestQuickstart(t *testing.T) {
 	} {
 		g.Expect(text).To(MatchRegexp(want))
 	}
+	// MetalLB announces, as each Service's external IP, exactly the addresses the
+	// provider handed it.
+	for _, svc := range []string{"default/example", "default/example-anycast"} {
+		m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(svc) + `\s+\S+\s+\S+\s+(\S+)\s+(\S+)\s`).FindStringSubmatch(text)
+		g.Expect(m).To(HaveLen(3), "no row for %s", svc)
+		g.Expect(m[2]).To(Equal(m[1]), "the external IP of %s", svc)
+	}
 	// README.md shows this output: the same lines, but for addresses, ages, paths and ports.
 	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
 	g.Expect(err).NotTo(HaveOccurred())
