@@ -85,7 +85,18 @@ var internalWork = regexp.MustCompile(`(?i)\b(sessions?|waves? [0-9]+|stops? [0-
 
 // No page speaks of internal work steps.
 func TestNoPageNamesInternalWorkSteps(t *testing.T) {
-	root := repoRoot(t)
+	eachMarkdown(t, repoRoot(t), func(f, text string) {
+		for i, line := range strings.Split(text, "\n") {
+			if m := internalWork.FindString(line); m != "" {
+				t.Errorf("%s:%d: %q refers to internal work; name a date, a version or a commit instead", f, i+1, strings.TrimSpace(m))
+			}
+		}
+	})
+}
+
+// eachMarkdown calls do with every Markdown file of the repository and its text.
+func eachMarkdown(t *testing.T, root string, do func(file, text string)) {
+	t.Helper()
 	files, err := markdownFiles(root)
 	if err != nil {
 		t.Fatal(err)
@@ -95,11 +106,7 @@ func TestNoPageNamesInternalWorkSteps(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for i, line := range strings.Split(string(b), "\n") {
-			if m := internalWork.FindString(line); m != "" {
-				t.Errorf("%s:%d: %q refers to internal work; name a date, a version or a commit instead", f, i+1, strings.TrimSpace(m))
-			}
-		}
+		do(f, string(b))
 	}
 }
 
@@ -143,21 +150,13 @@ func TestAnnotationsPageNamesEveryKey(t *testing.T) {
 	}
 	checkPage(t, filepath.Join(root, "docs", "annotations.md"), keys, 30, keyProblems)
 
-	files, err := markdownFiles(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range files {
-		b, err := os.ReadFile(filepath.Join(root, f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, k := range providerKeyRE.FindAllString(string(b), -1) {
+	eachMarkdown(t, root, func(f, text string) {
+		for _, k := range providerKeyRE.FindAllString(text, -1) {
 			if !keys[k] && !notProviderKey[k] {
 				t.Errorf("%s names %s, which the code does not define", f, k)
 			}
 		}
-	}
+	})
 }
 
 // keyProblems compares the keys named in the first column of page's tables with keys.
