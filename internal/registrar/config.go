@@ -69,7 +69,7 @@ type ClientFactory interface {
 
 var requestDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 	Name:    "vitistack_ipam_api_request_duration_seconds",
-	Help:    "Duration of IPAM-API requests by operation and HTTP status (0: no answer).",
+	Help:    "Duration of IPAM-API requests by operation and HTTP status (none: no answer).",
 	Buckets: []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30},
 }, []string{"operation", "code"})
 

@@ -204,7 +204,7 @@ func (r *Reconciler) readiness(ctx context.Context, key types.NamespacedName, po
 	if interval <= 0 {
 		interval = 5 * time.Minute
 	}
-	res := r.check(ctx, pool)
+	res, t := r.check(ctx, pool)
 	checked, at, outside := false, time.Time{}, (*check)(nil)
 	if ok && last.uid == pool.GetUID() && last.generation == pool.GetGeneration() &&
 		(last.subnetOutside == nil || time.Since(last.subnetAt) < interval) {
@@ -216,7 +216,7 @@ func (r *Reconciler) readiness(ctx context.Context, key types.NamespacedName, po
 		checked = checked || (pool.PoolStatus().ObservedGeneration == pool.GetGeneration() &&
 			meta.IsStatusConditionTrue(pool.PoolStatus().Conditions, ipamv1alpha1.PoolReadyCondition))
 		if !checked {
-			outside, checked = r.checkSubnet(ctx, pool)
+			outside, checked = r.checkSubnet(ctx, pool, t)
 			at = time.Now()
 		}
 		if outside != nil {

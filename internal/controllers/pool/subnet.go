@@ -27,20 +27,11 @@ const subnetProbeServiceName = "vitistack-ipam-subnet-probe"
 // a zone, so it registers the subnet's first address (which subnet mode never hands
 // out) under the pool's probe identity and releases it at once, recording it on the
 // pool in between. It runs after the pool's readiness check passed.
-func (r *Reconciler) checkSubnet(ctx context.Context, pool ipamv1alpha1.Pool) (outside *check, checked bool) {
-	reg, err := r.ForPool(ctx, pool)
-	if err != nil {
+func (r *Reconciler) checkSubnet(ctx context.Context, pool ipamv1alpha1.Pool, t *target) (outside *check, checked bool) {
+	if t == nil {
 		return nil, false
 	}
-	api, err := r.API(ctx, reg)
-	if err != nil {
-		return nil, false
-	}
-	sec, err := r.Secrets.Get(ctx, reg.Secret, false)
-	if err != nil {
-		return nil, false
-	}
-	secret := sec.Value
+	reg, api, secret := &t.reg, t.api, t.secret
 	spec := pool.PoolSpec()
 	prefix, err := netip.ParsePrefix(spec.Subnet)
 	if err != nil {
@@ -91,20 +82,13 @@ func (r *Reconciler) finishSubnetProbe(ctx context.Context, pool ipamv1alpha1.Po
 	if err := json.Unmarshal([]byte(value), &rec); err != nil || rec.Address == "" {
 		return r.setProbe(ctx, pool, nil) // not the provider's: nothing it registered
 	}
-	reg, err := r.ForPool(ctx, pool)
-	if err != nil {
-		return err
+	t, fail := r.target(ctx, pool)
+	if fail != nil {
+		return errors.Errorf("finishing the pool's subnet check: %s", fail.message)
 	}
-	api, err := r.API(ctx, reg)
-	if err != nil {
-		return err
-	}
-	sec, err := r.Secrets.Get(ctx, reg.Secret, false)
-	if err != nil {
-		return errors.Wrap(err, "reading the pool's Secret to finish its subnet check")
-	}
+	reg := &t.reg
 	reg.Address, reg.Identity, reg.RetentionPeriodDays = rec.Address, rec.Identity, 0
-	return r.releaseProbe(ctx, pool, api, reg, sec.Value)
+	return r.releaseProbe(ctx, pool, t.api, reg, t.secret)
 }
 
 // releaseProbe gives the probe's address back (not held: given back already) and
