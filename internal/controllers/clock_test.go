@@ -3,6 +3,7 @@ package controllers_test
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -153,16 +154,25 @@ func TestClockJumpsDuringABurst(t *testing.T) {
 	for _, err := range errs {
 		g.Expect(err).NotTo(HaveOccurred())
 	}
-	g.Eventually(func(g Gomega) {
+	unbound := func(g Gomega) []ipamv1.IPAddressClaim {
 		list := &ipamv1.IPAddressClaimList{}
 		g.Expect(env.Client.List(ctx, list, client.InNamespace(ns.Name))).To(Succeed())
-		bound := 0
-		for _, c := range list.Items {
-			if c.Status.AddressRef.Name != "" {
-				bound++
+		return slices.DeleteFunc(list.Items, func(c ipamv1.IPAddressClaim) bool { return c.Status.AddressRef.Name != "" })
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, c := range unbound(g) {
+				t.Logf("claim %s is not bound; conditions: %v; annotations: %v\nthe manager's log about it:\n%s",
+					c.Name, c.Status.Conditions, c.Annotations, managerLines(c.Name))
 			}
 		}
-		g.Expect(bound).To(Equal(n), "claims bound")
+	})
+	g.Eventually(func(g Gomega) {
+		var names []string
+		for _, c := range unbound(g) {
+			names = append(names, c.Name)
+		}
+		g.Expect(names).To(BeEmpty(), "claims not bound")
 	}, 3*time.Minute, 500*time.Millisecond).Should(Succeed())
 
 	// Every claim has its own address, the one the IPAM-API holds for it, and nothing
