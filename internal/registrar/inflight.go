@@ -113,7 +113,8 @@ func (f *InFlight) reserve(ctx context.Context, key string, mine reservation, cl
 	return conflict, conflict == ""
 }
 
-// Now reads the clock attempt times are compared in; wake-ups are timed in it too.
+// Now reads the clock attempt times are compared in (waits are timed on the monotonic
+// clock instead; see MayStillBeInFlight).
 func (f *InFlight) Now() time.Time {
 	if f.Clock == nil {
 		return time.Now()
@@ -189,9 +190,9 @@ func (f *InFlight) MayResendUnder(uid types.UID, attempt time.Time, timeout time
 	return ok && seen.Equal(attempt) && elapsed >= 0 && elapsed+timeout < f.Quarantine
 }
 
-// MayStillBeInFlight reports until when an earlier attempt of the claim, whose outcome
-// this process has not seen (it timed out, or another process or an earlier run of this
-// one sent it), may still be carried out by the IPAM-API.
+// MayStillBeInFlight reports for how long an earlier attempt of the claim, whose
+// outcome this process has not seen (it timed out, or another process or an earlier run
+// of this one sent it), may still be carried out by the IPAM-API (0: it is over).
 //
 // The attempt time is wall-clock time (it is recorded on the claim, for any process),
 // but the wait is decided once, when this process first meets the attempt, and then
@@ -199,22 +200,21 @@ func (f *InFlight) MayResendUnder(uid types.UID, attempt time.Time, timeout time
 // nor cuts it. An attempt time ahead of the clock (written before the clock went back,
 // or by a host whose clock runs ahead) is waited out for one quarantine: the request
 // was sent before now all the same.
-func (f *InFlight) MayStillBeInFlight(uid types.UID, attempt time.Time) (time.Time, bool) {
+func (f *InFlight) MayStillBeInFlight(uid types.UID, attempt time.Time) time.Duration {
 	if attempt.IsZero() {
-		return time.Time{}, false
+		return 0
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if seen, ok := f.answered[uid]; ok && seen.Equal(attempt) {
-		return time.Time{}, false
+		return 0
 	}
-	now, mono := f.Now(), f.monotonic()
+	mono := f.monotonic()
 	w, ok := f.waits[uid]
 	if !ok || !w.attempt.Equal(attempt) {
-		w = f.setWait(uid, attempt, min(attempt.Add(f.Quarantine).Sub(now), f.Quarantine))
+		w = f.setWait(uid, attempt, min(attempt.Add(f.Quarantine).Sub(f.Now()), f.Quarantine))
 	}
-	left := w.deadline - mono
-	return now.Add(left), left > 0
+	return max(w.deadline-mono, 0)
 }
 
 // Sending records that a request under attempt goes out now: until SawAnswer, a later

@@ -34,9 +34,9 @@ type Registrar struct {
 	Config Config
 	// InFlight keeps requests for one identity from overlapping.
 	InFlight *InFlight
-	// Wake carries claims to the claim controller from outside its own watches: a
-	// claim's own wake timer, and the pool controller waking the claims that wait for
-	// room (never from an event handler).
+	// Wake carries claims to the claim controller from outside its own watches: the
+	// Secret protector waking the claims that wait for it, and the pool controller
+	// waking the claims that wait for room (never from an event handler).
 	Wake chan event.GenericEvent
 
 	clusterIDMu   sync.Mutex

@@ -86,7 +86,7 @@ func (l *Logs) logger() logr.Logger {
 		if verbose {
 			fmt.Fprintf(os.Stderr, "%s %s\n", prefix, args)
 		}
-	}, funcr.Options{Verbosity: 4})
+	}, funcr.Options{Verbosity: 4, LogTimestamp: true})
 }
 
 // assetsDir finds kube-apiserver and etcd: KUBEBUILDER_ASSETS, else the repo's bin/.

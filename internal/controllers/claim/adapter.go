@@ -56,10 +56,6 @@ type Adapter struct {
 	// refusals is what the Secrets of refused claims said.
 	refusals refusals
 
-	// timers holds at most one wake per claim (the earliest asked for).
-	timersMu sync.Mutex
-	timers   map[types.UID]wake
-
 	// waitBackoff times the re-queues of claims that wait (see waiting): they return
 	// no error, so the controller's own back-off does not grow for them. It counts the
 	// waits in a row of a claim, by name: every reconcile that does not wait (also the
@@ -86,11 +82,6 @@ const (
 	// five.)
 	backoffMax = time.Minute
 )
-
-type wake struct {
-	at    time.Time
-	timer *time.Timer
-}
 
 var _ ipamutil.ClaimHandler = &Handler{}
 
@@ -133,8 +124,8 @@ func (a *Adapter) SetupWithManager(_ context.Context, b *ctrl.Builder) error {
 		// bound the claim (and a manager that starts reconciles every claim anyway), so a
 		// second reconcile would only find the claim bound.
 		Owns(&ipamv1.IPAddress{}, builder.WithPredicates(predicate.Or(addressKinds...), notCreated)).
-		// Wake timers, and the claims waiting for room that the pool controller wakes
-		// when addresses of their zone go.
+		// The claims the Secret protector wakes, and those waiting for room that the pool
+		// controller wakes when addresses of their zone go.
 		WatchesRawSource(source.Channel(a.Wake, &handler.EnqueueRequestForObject{})).
 		// Which addresses the subnet-mode pools use, for picking candidates.
 		Watches(&ipamv1.IPAddress{}, a.subnets.occupancy()).
@@ -151,33 +142,6 @@ func (a *Adapter) SetupWithManager(_ context.Context, b *ctrl.Builder) error {
 // Observe tells the adapter what an IPAddress or claim names now (gone: it is
 // deleted), as the cache's events do in a manager; tests without one call it.
 func (a *Adapter) Observe(o client.Object, gone bool) { a.subnets.observe(o, gone) }
-
-// wakeAt re-queues the claim at t, besides the back-off of the error it returns now.
-// A claim has one wake at a time: the earliest asked for (its reconcile asks again).
-func (a *Adapter) wakeAt(claim client.Object, t time.Time) {
-	uid := claim.GetUID()
-	a.timersMu.Lock()
-	defer a.timersMu.Unlock()
-	if a.timers == nil {
-		a.timers = map[types.UID]wake{}
-	}
-	if w, ok := a.timers[uid]; ok {
-		if !w.at.After(t) {
-			return
-		}
-		w.timer.Stop()
-	}
-	obj := claim.DeepCopyObject().(client.Object)
-	a.timers[uid] = wake{at: t, timer: time.AfterFunc(t.Sub(a.InFlight.Now())+10*time.Millisecond, func() {
-		a.timersMu.Lock()
-		delete(a.timers, uid)
-		a.timersMu.Unlock()
-		select {
-		case a.Wake <- event.GenericEvent{Object: obj}:
-		default: // full, or no controller (tests): the error's back-off re-queues it anyway
-		}
-	})}
-}
 
 // claimsOfPool maps a pool to its claims that have no address yet, and to its deleting
 // claims (an unpaused pool lets them be released).

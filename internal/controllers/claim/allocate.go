@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"time"
 
 	"github.com/pkg/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -62,10 +61,10 @@ func (h *Handler) allocate(ctx context.Context, address *ipamv1.IPAddress) outco
 	// Two requests without an address in flight at once would each allocate one (with
 	// an address they name the same one, so only those are held back). A claim that
 	// was bound had its request answered.
-	if until, waiting := h.InFlight.MayStillBeInFlight(h.claim.UID, reg.Attempt); waiting && reg.Address == "" && !h.wasBound() {
+	if left := h.InFlight.MayStillBeInFlight(h.claim.UID, reg.Attempt); left > 0 && reg.Address == "" && !h.wasBound() {
 		return failed(ipamv1.IPAddressClaimReadyAllocationFailedReason,
 			fmt.Sprintf("an earlier registration request may still be in flight in the IPAM-API; the next is sent after %s",
-				until.UTC().Format(time.RFC3339))).wakeAt(until)
+				h.after(left))).retryIn(left)
 	}
 	api, sec, o := h.connect(ctx, reg)
 	if o != nil {
@@ -219,7 +218,7 @@ func (h *Handler) awaitProtection(ctx context.Context, sec *registrar.Secret) *o
 func (h *Handler) await(sec *registrar.Secret, o outcome) outcome {
 	key := client.ObjectKeyFromObject(h.claim)
 	if h.Secrets.Protected.Await(sec.Ref, key) {
-		return o.wakeAt(h.InFlight.Now())
+		return o.retryIn(0)
 	}
 	if h.waits().NumRequeues(key) < quietWaits {
 		return o

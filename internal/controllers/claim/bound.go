@@ -184,7 +184,7 @@ func (h *Handler) owner(ctx context.Context, rec *record.Registration) (ipamapi.
 		return nil, nil, &o
 	}
 	if sec.Changed() {
-		o := secretChanged(sec).wakeAt(h.nextSecretLook())
+		o := secretChanged(sec).retryIn(h.secretRecheck())
 		return nil, nil, &o
 	}
 	return api, sec, nil
@@ -317,4 +317,7 @@ func (h *Handler) ownedBy(ctx context.Context, rec *record.Registration, ref rec
 	return false, err
 }
 
-func (h *Handler) nextSecretLook() time.Time { return h.InFlight.Now().Add(h.secretRecheck()) }
+// after is the time d from now, for a message.
+func (h *Handler) after(d time.Duration) string {
+	return h.InFlight.Now().Add(d).UTC().Format(time.RFC3339)
+}

@@ -3,6 +3,7 @@ package claim_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -147,6 +148,12 @@ func TestRefusedClaimsGoOnOnceFixed(t *testing.T) {
 		w.run(4)
 		if cond := readyOf(w.get(claimObj("c", "", nil)).(*ipamv1.IPAddressClaim)); cond == nil || !strings.Contains(cond.Message, "not found") {
 			t.Fatalf("Ready = %+v, want the missing Secret named", cond)
+		}
+		// Secrets are not watched: the refused claim comes back to look again after the
+		// Secret recheck interval (a minute), a wait, not a reconcile error.
+		res, err := w.claims.Reconcile(w.ctx, ctrl.Request{NamespacedName: client.ObjectKey{Namespace: "apps", Name: "c"}})
+		if err != nil || res.RequeueAfter != time.Minute {
+			t.Fatalf("the refused claim's reconcile returned %+v, %v; want it back in a minute, with no error", res, err)
 		}
 		w.create(secretObj("later", "later-secret-value"))
 		w.settle()

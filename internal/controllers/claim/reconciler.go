@@ -143,11 +143,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		// provider. One from an earlier version is taken off when its claim goes.
 		return nil
 	})
-	var w waitError
-	if errors.As(err, &w) {
-		ctrl.LoggerFrom(ctx).V(1).Info("Waiting", "reason", w.Error())
-		waited = true
-		return ctrl.Result{RequeueAfter: r.Adapter.waits().When(req.NamespacedName)}, nil
+	if res, backoff, ok := r.waiting(ctx, req.NamespacedName, err); ok {
+		waited = backoff
+		return res, nil
 	}
 	if res != nil || err != nil {
 		return unwrap(res), errors.Wrap(err, "failed to create or patch address")
@@ -174,6 +172,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 // reconcileDelete releases the address, then lets the IPAddress and the claim go.
 func (r *Reconciler) reconcileDelete(ctx context.Context, claim *ipamv1.IPAddressClaim, h *Handler) (ctrl.Result, error) {
 	res, err := h.ReleaseAddress(ctx)
+	if res, _, ok := r.waiting(ctx, client.ObjectKeyFromObject(claim), err); ok {
+		return res, nil
+	}
 	if err != nil {
 		return unwrap(res), errors.Wrap(err, "release address")
 	}
@@ -201,6 +202,21 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, claim *ipamv1.IPAddres
 	}
 	controllerutil.RemoveFinalizer(claim, ipamutil.ReleaseAddressFinalizer)
 	return ctrl.Result{}, nil
+}
+
+// waiting turns the error of a waiting outcome into the reconcile's result: no error,
+// and the claim back when its wait ends, or (backoff) with the waiting back-off when
+// nothing tells when that is.
+func (r *Reconciler) waiting(ctx context.Context, key types.NamespacedName, err error) (_ ctrl.Result, backoff, ok bool) {
+	var w waitError
+	if !errors.As(err, &w) {
+		return ctrl.Result{}, false, false
+	}
+	ctrl.LoggerFrom(ctx).V(1).Info("Waiting", "reason", w.Error())
+	if w.after > 0 {
+		return ctrl.Result{RequeueAfter: w.after}, false, true
+	}
+	return ctrl.Result{RequeueAfter: r.Adapter.waits().When(key)}, true, true
 }
 
 // clusterPaused reports whether the claim's Cluster (by spec.clusterName or the

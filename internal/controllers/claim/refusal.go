@@ -35,14 +35,14 @@ func (h *Handler) refuse(ctx context.Context, o outcome, secretVersion string, r
 		h.forgetSends()
 	}
 	h.refusals.remember(h.claim.UID, secretVersion)
-	return o.final().wakeAt(h.InFlight.Now().Add(h.secretRecheck()))
+	return o.retryIn(h.secretRecheck())
 }
 
 // waitForChange is the outcome of a claim refused before for the same inputs: nothing
 // is sent, the condition stays, and the Secret is looked at again later.
 func (h *Handler) waitForChange() outcome {
 	return outcome{err: errors.New("the IPAM-API refused this claim before for the same claim, pool and Secret; waiting for one of them to change"),
-		terminal: true, wake: h.InFlight.Now().Add(h.secretRecheck())}
+		retry: h.secretRecheck()}
 }
 
 func (h *Handler) secretRecheck() time.Duration {

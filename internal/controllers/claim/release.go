@@ -3,7 +3,6 @@ package claim
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/pkg/errors"
 	corev1 "k8s.io/api/core/v1"
@@ -81,7 +80,7 @@ func (h *Handler) release(ctx context.Context) outcome {
 	case sec.Changed():
 		return releaseFailed(fmt.Sprintf("the value of Secret %s/%s key %s changed since %s was registered under it: restore it, "+
 			"and the address is released; releasing with the new value would find nothing and abandon the address", sec.Ref.Namespace,
-			sec.Ref.Name, sec.Ref.Key, orPending(reg.Address))).wakeAt(h.nextSecretLook())
+			sec.Ref.Name, sec.Ref.Key, orPending(reg.Address))).retryIn(h.secretRecheck())
 	}
 
 	if !reg.Registered {
@@ -90,9 +89,9 @@ func (h *Handler) release(ctx context.Context) outcome {
 		// certainly ended (a release before it lands would find nothing, and it would
 		// then register the address for good).
 		reg.RetentionPeriodDays = 0
-		if until, waiting := h.InFlight.MayStillBeInFlight(h.claim.UID, reg.Attempt); waiting {
+		if left := h.InFlight.MayStillBeInFlight(h.claim.UID, reg.Attempt); left > 0 {
 			return releaseFailed(fmt.Sprintf("an earlier registration request may still be in flight; releasing after %s",
-				until.UTC().Format(time.RFC3339))).wakeAt(until)
+				h.after(left))).retryIn(left)
 		}
 	}
 	if reg.Address == "" {

@@ -40,10 +40,12 @@ type outcome struct {
 	notes []eventNote
 	// err is returned to ipamutil; with ready False and no err, the message is.
 	err error
-	// terminal waits for a change of the claim or its pool instead of retrying with
-	// back-off; wake re-queues the claim at that time too.
+	// terminal waits for a change of the claim or its pool (their watches), or for the
+	// Secret protector, instead of retrying with back-off.
 	terminal bool
-	wake     time.Time
+	// retry brings the claim back after this long, with no back-off and no reconcile
+	// error (the conditions say what it waits for): a wait whose end is known.
+	retry time.Duration
 }
 
 type eventNote struct{ typ, reason, action, message string }
@@ -66,17 +68,21 @@ func transient(err error) outcome { return outcome{err: err} }
 // nothing more, logs why at V(1) instead of as a reconcile error, and comes back with
 // the claim's own back-off should no wake come.
 func waiting(format string, args ...any) outcome {
-	return outcome{err: waitError{errors.Errorf(format, args...)}}
+	return outcome{err: waitError{error: errors.Errorf(format, args...)}}
 }
 
-// waitError marks the error of a waiting outcome.
-type waitError struct{ error }
+// waitError marks the error of a waiting outcome: the Reconciler returns no error but
+// comes back after `after`, or with the waiting back-off when that is 0.
+type waitError struct {
+	error
+	after time.Duration
+}
 
 func (e waitError) Unwrap() error { return e.error }
 
 func (o outcome) withEvent(reason string) outcome { o.event = reason; return o }
 func (o outcome) final() outcome                  { o.terminal = true; return o }
-func (o outcome) wakeAt(t time.Time) outcome      { o.wake = t; return o }
+func (o outcome) retryIn(d time.Duration) outcome { o.retry = max(d, time.Millisecond); return o }
 func (o outcome) releasing() outcome              { o.action = actionRelease; return o }
 
 func (o outcome) note(typ, reason, action, message string) outcome {
@@ -117,14 +123,14 @@ func (h *Handler) report(o outcome) error {
 	for _, n := range o.notes {
 		h.Recorder.Eventf(h.claim, nil, n.typ, n.reason, n.action, "%s", n.message)
 	}
-	if !o.wake.IsZero() {
-		h.wakeAt(h.claim, o.wake)
-	}
 	err := o.err
 	if err == nil && o.ready == metav1.ConditionFalse {
 		err = errors.New(o.message)
 	}
-	if err != nil && o.terminal {
+	switch {
+	case err != nil && o.retry > 0:
+		err = waitError{error: err, after: o.retry}
+	case err != nil && o.terminal:
 		err = reconcile.TerminalError(err)
 	}
 	return err

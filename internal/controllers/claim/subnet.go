@@ -247,9 +247,9 @@ func (h *Handler) allocateInSubnet(ctx context.Context, address *ipamv1.IPAddres
 		if o := h.checkIdentityFree(ctx, reg); o != nil {
 			return *o
 		}
-		if until, waiting := h.InFlight.MayStillBeInFlight(h.claim.UID, reg.Attempt); waiting && !h.wasBound() {
+		if left := h.InFlight.MayStillBeInFlight(h.claim.UID, reg.Attempt); left > 0 && !h.wasBound() {
 			return failed(ipamv1.IPAddressClaimReadyAllocationFailedReason, fmt.Sprintf("an earlier registration of %s may still be in "+
-				"flight in the IPAM-API; the next is sent after %s", reg.Address, until.UTC().Format(time.RFC3339))).wakeAt(until)
+				"flight in the IPAM-API; the next is sent after %s", reg.Address, h.after(left))).retryIn(left)
 		}
 		s, stop := h.send(ctx, api, sec, reg)
 		if stop != nil {

@@ -267,12 +267,13 @@ func (w *world) settle() {
 }
 
 // pass reconciles every claim, then every Secret, once; it reports whether any
-// reconcile failed.
+// reconcile failed, or a claim asked to come back.
 func (w *world) pass() (failed bool) {
 	claims := &ipamv1.IPAddressClaimList{}
 	must(w.t, w.direct.List(w.ctx, claims))
 	for _, c := range claims.Items {
-		if _, err := w.claims.Reconcile(w.ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&c)}); err != nil {
+		// A claim that waits comes back later: it has not settled either.
+		if res, err := w.claims.Reconcile(w.ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&c)}); err != nil || res.RequeueAfter > 0 {
 			failed = true
 		}
 	}
