@@ -17,6 +17,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/controllers/claim"
@@ -24,6 +25,7 @@ import (
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/controllers/secret"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/controllers/service"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/index"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/metrics"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/note"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/registrar"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/webhooks"
@@ -198,6 +200,9 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		WatchFilterValue:        o.WatchFilter,
 		Clock:                   o.Clock,
 	})
+	if err := mgr.Add(stateMetrics(mgr, clients, o.Clock)); err != nil {
+		return errors.Wrap(err, "adding the state metrics")
+	}
 	if err := (&claim.Reconciler{
 		Client:           mgr.GetClient(),
 		WatchFilterValue: o.WatchFilter,
@@ -246,4 +251,23 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		}
 	}
 	return nil
+}
+
+// stateMetrics serves the metrics of pools, claims and registrations from this
+// process's cache and clients while it leads (a runnable that needs the lease): a
+// standby exports none, and lists nothing it does not watch.
+func stateMetrics(mgr ctrl.Manager, clients registrar.ClientFactory, clk clock.PassiveClock) manager.RunnableFunc {
+	src := &metrics.Sources{Reader: mgr.GetClient()}
+	if p, ok := clients.(metrics.PendingCounter); ok {
+		src.Registrations = p.Pending
+	}
+	if clk != nil {
+		src.Now = clk.Now
+	}
+	return func(ctx context.Context) error {
+		stop := metrics.Serve(src)
+		<-ctx.Done()
+		stop()
+		return nil
+	}
 }

@@ -3,15 +3,14 @@ package registrar
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"strconv"
+	"strings"
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/metrics"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi"
 )
 
@@ -67,14 +66,6 @@ type ClientFactory interface {
 	For(endpoint string, caBundle []byte) (ipamapi.Client, error)
 }
 
-var requestDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-	Name:    "vitistack_ipam_api_request_duration_seconds",
-	Help:    "Duration of IPAM-API requests by operation and HTTP status (none: no answer).",
-	Buckets: []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30},
-}, []string{"operation", "code"})
-
-func init() { metrics.Registry.MustRegister(requestDuration) }
-
 // CachingClientFactory builds one serialised HTTP client per endpoint and CA bundle
 // and keeps it, so connections are reused and the one-registration-per-identity rule
 // holds across all claims of all pools.
@@ -103,9 +94,7 @@ func (f *CachingClientFactory) For(endpoint string, caBundle []byte) (ipamapi.Cl
 	hc, err := ipamapi.NewClient(endpoint, ipamapi.Options{
 		Timeout:  timeout,
 		CABundle: caBundle,
-		Observe: func(op string, status int, d time.Duration) {
-			requestDuration.WithLabelValues(op, statusLabel(status)).Observe(d.Seconds())
-		},
+		Observe:  metrics.RequestObserver(endpoint),
 	})
 	if err != nil {
 		return nil, err
@@ -118,9 +107,22 @@ func (f *CachingClientFactory) For(endpoint string, caBundle []byte) (ipamapi.Cl
 	return c, nil
 }
 
-func statusLabel(status int) string {
-	if status == 0 {
-		return "none"
+// Pending counts the registrations in flight and quarantined, by IPAM-API host.
+func (f *CachingClientFactory) Pending() map[string]metrics.Pending {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string]metrics.Pending{}
+	for key, c := range f.clients {
+		s, ok := c.(*ipamapi.Serialized)
+		if !ok {
+			continue
+		}
+		host := metrics.Host(key[:strings.IndexByte(key, 0)])
+		inFlight, quarantined := s.Pending()
+		p := out[host]
+		p.InFlight += inFlight
+		p.Quarantined += quarantined
+		out[host] = p
 	}
-	return strconv.Itoa(status)
+	return out
 }

@@ -34,9 +34,10 @@ type Options struct {
 	CABundle []byte
 	// Transport replaces the HTTP transport (tests). CABundle is ignored then.
 	Transport http.RoundTripper
-	// Observe, if set, is called after every request with the operation, the HTTP
-	// status (0 without an answer) and the duration (for metrics).
-	Observe func(op string, status int, d time.Duration)
+	// Observe, if set, is called after every request sent with what it was for, its
+	// error (nil: success) and its duration, for metrics. Requests refused before they
+	// are sent are not observed.
+	Observe func(op Operation, err error, d time.Duration)
 }
 
 // DefaultTimeout is the per-request deadline when Options.Timeout is zero.
@@ -47,7 +48,7 @@ type HTTPClient struct {
 	base    *url.URL
 	http    *http.Client
 	timeout time.Duration
-	observe func(string, int, time.Duration)
+	observe func(Operation, error, time.Duration)
 }
 
 var _ Client = &HTTPClient{}
@@ -145,14 +146,13 @@ func (c *HTTPClient) do(ctx context.Context, op, method, path string, req Reques
 	hreq.Header.Set("Content-Type", "application/json")
 	hreq.Header.Set("Accept", "application/json")
 
-	start := time.Now()
-	status := 0
+	start, status := time.Now(), 0
 	defer func() {
-		if c.observe != nil {
-			c.observe(op, status, time.Since(start))
-		}
 		if err != nil {
 			err = scrub(err, req)
+		}
+		if c.observe != nil {
+			c.observe(operationOf(ctx, method, req), err, time.Since(start))
 		}
 	}()
 

@@ -481,3 +481,52 @@ func TestBackendFailuresOfTheStandIn(t *testing.T) {
 	_, err = c.Release(ctx, req("a", "inet", ipamapi.FamilyIPv4, held.Address))
 	g.Expect(err).NotTo(HaveOccurred())
 }
+
+// Every request sent is observed once, with what it was for and its outcome; one the
+// serialised client holds back is not sent, so not observed. Pending counts the
+// registrations in flight and the identities held back.
+func TestObservedRequests(t *testing.T) {
+	g := NewWithT(t)
+	s := sim.New(sim.Config{})
+	srv := httptest.NewServer(s)
+	t.Cleanup(srv.Close)
+	var seen []string
+	var mu sync.Mutex
+	hc, err := ipamapi.NewClient(srv.URL, ipamapi.Options{Timeout: time.Second, Observe: func(op ipamapi.Operation, err error, _ time.Duration) {
+		mu.Lock()
+		defer mu.Unlock()
+		seen = append(seen, string(op)+" "+ipamapi.Outcome(err))
+	}})
+	g.Expect(err).NotTo(HaveOccurred())
+	c := ipamapi.NewSerialized(hc, "sim", time.Minute)
+	ctx := context.Background()
+
+	res, err := c.Register(ctx, req("a", "inet", ipamapi.FamilyIPv4, ""))
+	g.Expect(err).NotTo(HaveOccurred())
+	rotate := req("a", "inet", ipamapi.FamilyIPv4, res.Address)
+	rotate.NewSecret = "another-secret-value-2"
+	_, err = c.Register(ctx, rotate)
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = c.Release(ctx, req("a", "inet", ipamapi.FamilyIPv4, res.Address)) // the old secret: not held
+	g.Expect(ipamapi.ClassOf(err)).To(Equal(ipamapi.ClassNotHeld))
+	_, err = c.Release(ipamapi.WithOperation(ctx, ipamapi.OpProbe), req("probe", "nowhere", ipamapi.FamilyIPv4, "192.0.2.1/32"))
+	g.Expect(err).To(HaveOccurred())
+	g.Expect(s.DropNext(sim.DropAfter, 1)).To(Succeed())
+	_, err = c.Register(ctx, req("lost", "inet", ipamapi.FamilyIPv4, ""))
+	g.Expect(ipamapi.IsTransient(err)).To(BeTrue())
+	_, err = c.Register(ctx, req("lost", "inet", ipamapi.FamilyIPv4, "")) // held back: not sent
+	g.Expect(err).To(MatchError(ContainSubstring("ended without an answer")))
+
+	g.Expect(seen).To(Equal([]string{"register success", "rotate success", "release not_held", "probe validation", "register transient"}))
+	inFlight, quarantined := c.Pending()
+	g.Expect(inFlight).To(BeZero())
+	g.Expect(quarantined).To(Equal(1))
+
+	g.Expect(s.SetLatency(300*time.Millisecond, 0)).To(Succeed())
+	done := make(chan error)
+	go func() { _, err := c.Register(ctx, req("slow", "inet", ipamapi.FamilyIPv4, "")); done <- err }()
+	g.Eventually(func() int { n, _ := c.Pending(); return n }).Should(Equal(1))
+	g.Expect(<-done).NotTo(HaveOccurred())
+	inFlight, _ = c.Pending()
+	g.Expect(inFlight).To(BeZero())
+}

@@ -74,6 +74,26 @@ func (s *Serialized) Register(ctx context.Context, req Request) (*Response, erro
 	return res, err
 }
 
+// Pending counts the registrations in flight through s and the identities blocked
+// after a registration that ended without an answer (quarantined), for metrics.
+func (s *Serialized) Pending() (inFlight, quarantined int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	for key, until := range s.busy {
+		if strings.Contains(key, "\x00address\x00") {
+			continue // the address of a registration counted by its identity
+		}
+		switch {
+		case until.IsZero():
+			inFlight++
+		case now.Before(until):
+			quarantined++
+		}
+	}
+	return inFlight, quarantined
+}
+
 // Release implements Client.
 func (s *Serialized) Release(ctx context.Context, req Request) (*Response, error) {
 	return s.inner.Release(ctx, req)

@@ -73,7 +73,17 @@ func TestSecretValuesNeverLeak(t *testing.T) {
 
 	metrics, err := localcluster.Get(ctx, aMgr.MetricsURL)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(metrics).To(ContainSubstring("vitistack_ipam_api_request_duration_seconds"))
+	// The provider's own metrics: each request by what it was for and how it ended, and
+	// the pool's readiness.
+	for _, series := range []string{
+		`vitistack_ipam_api_requests_total\{host="127\.0\.0\.1:\d+",operation="register",outcome="success"\} [1-9]`,
+		`vitistack_ipam_api_requests_total\{host="127\.0\.0\.1:\d+",operation="rotate",outcome="success"\} 1`,
+		`vitistack_ipam_api_requests_total\{host="127\.0\.0\.1:\d+",operation="probe",outcome="not_held"\} [1-9]`,
+		`vitistack_ipam_api_request_duration_seconds_count\{host="127\.0\.0\.1:\d+",operation="release",outcome="success"\} [1-9]`,
+		`vitistack_ipam_pool_ready\{pool="[^"]+",pool_kind="VitistackIPPool",pool_namespace="[^"]+"\} 1`,
+	} {
+		g.Expect(metrics).To(MatchRegexp(series))
+	}
 	// The pool controllers are built with Cluster API's builder, which counts their reconciles.
 	g.Expect(metrics).To(MatchRegexp(`capi_reconcile_total\{controller="VitistackIPPool",result="[a-z_]+"\} [1-9]`))
 	g.Expect(aMgr.Logs()).To(ContainSubstring("intruder"), "the manager logged nothing about the refused claim (log level 2)")

@@ -77,7 +77,7 @@ func checkZone(ctx context.Context, pool ipamv1alpha1.Pool, t target) check {
 		reg.Address = "2001:db8::1/128" // documentation range, in no zone
 	}
 	reg.Identity.ServiceName, reg.Identity.NamespaceID = probeServiceName, probeServiceName
-	_, err := api.Release(ctx, reg.Request(t.secret))
+	_, err := api.Release(ipamapi.WithOperation(ctx, ipamapi.OpProbe), reg.Request(t.secret))
 	accepted := check{ipamv1alpha1.PoolReadyReason, fmt.Sprintf("the IPAM-API at %s accepts zone %s, family %s", reg.Endpoint, reg.Zone, reg.Family)}
 	refused := func(what string) check {
 		return check{ipamv1alpha1.PoolReadyZoneRejectedReason, fmt.Sprintf("the readiness check (a release of %s, which nobody holds) was refused "+

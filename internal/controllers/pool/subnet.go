@@ -45,7 +45,7 @@ func (r *Reconciler) checkSubnet(ctx context.Context, pool ipamv1alpha1.Pool, t 
 		ctrl.LoggerFrom(ctx).Error(err, "Not checking the pool's subnet against its zone")
 		return nil, false
 	}
-	_, err = api.Register(ctx, probe.Request(secret))
+	_, err = api.Register(ipamapi.WithOperation(ctx, ipamapi.OpProbe), probe.Request(secret))
 	class := ipamapi.ClassOf(err)
 	if class != ipamapi.ClassNotInZone && class != ipamapi.ClassWrongSecret && class != ipamapi.ClassValidation {
 		// Registered, or perhaps registered: given back before the record goes.
@@ -94,7 +94,7 @@ func (r *Reconciler) finishSubnetProbe(ctx context.Context, pool ipamv1alpha1.Po
 // releaseProbe gives the probe's address back (not held: given back already) and
 // takes the record off the pool.
 func (r *Reconciler) releaseProbe(ctx context.Context, pool ipamv1alpha1.Pool, api ipamapi.Client, probe *record.Registration, secret ipamapi.Secret) error {
-	if _, err := api.Release(ctx, probe.Request(secret)); err != nil && ipamapi.ClassOf(err) != ipamapi.ClassNotHeld {
+	if _, err := api.Release(ipamapi.WithOperation(ctx, ipamapi.OpProbe), probe.Request(secret)); err != nil && ipamapi.ClassOf(err) != ipamapi.ClassNotHeld {
 		return errors.Wrapf(err, "releasing %s, registered to check the pool's subnet against its zone", probe.Address)
 	}
 	return r.setProbe(ctx, pool, nil)
