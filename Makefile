@@ -35,6 +35,7 @@ CONTROLLER_GEN := $(BIN)/controller-gen
 GOLANGCI_LINT := $(BIN)/golangci-lint
 KUSTOMIZE := $(BIN)/kustomize
 CLUSTERCTL := $(BIN)/clusterctl
+PROMTOOL := $(BIN)/promtool
 # kube-apiserver, kube-controller-manager and etcd of one version, side by side.
 KUBE_ASSETS := $(BIN)/k8s/$(KUBE_VERSION)
 KUBE_APISERVER := $(KUBE_ASSETS)/kube-apiserver
@@ -161,7 +162,7 @@ UNIT_PACKAGES = $$(go list -test -f '{{if .ForTest}}{{.ForTest}} {{join .Deps " 
 	END {for (p in all) if (!cp[p]) print p}' | sort -u | grep -v /test/e2e)
 
 .PHONY: test
-test: verify-gen verify-tidy verify-imports vet lint test-assets e2e-assets ## Everything on Kubernetes KUBE_VERSION (default the newest): generated files, go.mod tidy, vet, lint, then all tests (unit, envtest, e2e).
+test: verify-gen verify-tidy verify-imports vet lint test-assets e2e-assets $(PROMTOOL) ## Everything on Kubernetes KUBE_VERSION (default the newest): generated files, go.mod tidy, vet, lint, then all tests (unit, envtest, e2e).
 	@echo "Testing on Kubernetes $(KUBE_VERSION) (etcd $(ETCD_VERSION))"
 	@$(PROGRESS) "Running the unit, envtest and other suites with -race (~5 min; a line per package as it ends)" -- \
 		go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) $(GO_PACKAGES_BUT_E2E)
@@ -180,11 +181,11 @@ ci: ## What CI runs (.ci/run): make test on the newest Kubernetes, then make tes
 	$(MAKE) test-kube KUBE_VERSION=$(KUBE_VERSION_OLDEST)
 
 .PHONY: test-unit
-test-unit: ## Only the fast tier: tests that start no control plane (seconds; builds nothing first).
+test-unit: $(PROMTOOL) ## Only the fast tier: tests that start no control plane (seconds; builds only promtool, once).
 	go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) $(UNIT_PACKAGES)
 
 .PHONY: test-go
-test-go: test-assets e2e-assets ## All Go tests, without the generation and lint checks of make test.
+test-go: test-assets e2e-assets $(PROMTOOL) ## All Go tests, without the generation and lint checks of make test.
 	go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) $(GO_PACKAGES_BUT_E2E)
 	go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) ./test/e2e/
 
@@ -240,6 +241,13 @@ $(CLUSTERCTL): hack/tools/clusterctl/go.mod
 
 # MetalLB's controller and its CRDs, for the end-to-end tests and the quickstart: the
 # controller alone (no speaker: nothing needs announcing on loopback).
+$(PROMTOOL): hack/tools/promtool/go.mod
+	@cd hack/tools/promtool && $(PROGRESS) "Building promtool from source into bin/ (first run only, ~4 min)" -- \
+		env CGO_ENABLED=0 go build -trimpath -o $@ github.com/prometheus/prometheus/cmd/promtool
+
+.PHONY: promtool
+promtool: $(PROMTOOL) ## Build promtool into bin/ (cached): it unit-tests the alert rules.
+
 $(METALLB): hack/tools/metallb/go.mod
 	@cd hack/tools/metallb && $(PROGRESS) "Building MetalLB's controller from source into bin/ (first run only, ~3 min)" -- \
 		env CGO_ENABLED=0 go build -trimpath -o $@ go.universe.tf/metallb/controller
