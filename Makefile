@@ -36,6 +36,7 @@ GOLANGCI_LINT := $(BIN)/golangci-lint
 KUSTOMIZE := $(BIN)/kustomize
 CLUSTERCTL := $(BIN)/clusterctl
 PROMTOOL := $(BIN)/promtool
+PROMETHEUS := $(BIN)/prometheus
 # kube-apiserver, kube-controller-manager and etcd of one version, side by side.
 KUBE_ASSETS := $(BIN)/k8s/$(KUBE_VERSION)
 KUBE_APISERVER := $(KUBE_ASSETS)/kube-apiserver
@@ -61,6 +62,7 @@ METALLB := $(BIN)/metallb-controller
 METALLB_CRDS := $(BIN)/metallb-crds
 export E2E_METALLB := $(METALLB)
 export E2E_METALLB_CRDS := $(METALLB_CRDS)
+export E2E_PROMETHEUS := $(PROMETHEUS)
 export E2E_VERSION := $(VERSION)
 export E2E_IMAGE := $(IMG)
 
@@ -216,7 +218,7 @@ test-e2e: test-assets e2e-assets ## Only the end-to-end tests (clusterctl, manag
 test-assets: $(TEST_ASSETS) ## Build kube-apiserver, kube-controller-manager and etcd into bin/ (cached).
 
 .PHONY: e2e-assets
-e2e-assets: build local-repository $(CLUSTERCTL) $(METALLB) ## Build what test/e2e and the quickstart run: binaries, release, clusterctl repository, MetalLB's controller.
+e2e-assets: build local-repository $(CLUSTERCTL) $(METALLB) $(PROMETHEUS) ## Build what test/e2e and the quickstart run: binaries, release, clusterctl repository, MetalLB's controller, Prometheus.
 
 ##@ Tools (cached in bin/)
 
@@ -241,9 +243,15 @@ $(CLUSTERCTL): hack/tools/clusterctl/go.mod
 
 # MetalLB's controller and its CRDs, for the end-to-end tests and the quickstart: the
 # controller alone (no speaker: nothing needs announcing on loopback).
-$(PROMTOOL): hack/tools/promtool/go.mod
-	@cd hack/tools/promtool && $(PROGRESS) "Building promtool from source into bin/ (first run only, ~4 min)" -- \
+$(PROMTOOL): hack/tools/prometheus/go.mod
+	@cd hack/tools/prometheus && $(PROGRESS) "Building promtool from source into bin/ (first run only, ~4 min)" -- \
 		env CGO_ENABLED=0 go build -trimpath -o $@ github.com/prometheus/prometheus/cmd/promtool
+
+# The Prometheus server (no web UI assets: the e2e tests use its HTTP API); it shares
+# most of its build with promtool.
+$(PROMETHEUS): hack/tools/prometheus/go.mod $(PROMTOOL)
+	@cd hack/tools/prometheus && $(PROGRESS) "Building the Prometheus server from source into bin/ (first run only, ~2 min)" -- \
+		env CGO_ENABLED=0 go build -trimpath -o $@ github.com/prometheus/prometheus/cmd/prometheus
 
 .PHONY: promtool
 promtool: $(PROMTOOL) ## Build promtool into bin/ (cached): it unit-tests the alert rules.

@@ -20,6 +20,8 @@ type Paths struct {
 	Version, Image string
 	// MetalLB is MetalLB's controller binary, MetalLBCRDs the directory of its CRDs.
 	MetalLB, MetalLBCRDs string
+	// Prometheus is the Prometheus server's binary.
+	Prometheus string
 }
 
 // PathsFromEnv reads the paths `make e2e-assets` exports. ok is false when
@@ -36,6 +38,7 @@ func PathsFromEnv() (p Paths, ok bool) {
 		Image:       os.Getenv("E2E_IMAGE"),
 		MetalLB:     os.Getenv("E2E_METALLB"),
 		MetalLBCRDs: os.Getenv("E2E_METALLB_CRDS"),
+		Prometheus:  os.Getenv("E2E_PROMETHEUS"),
 	}
 	return p, p.Repository != ""
 }
@@ -48,7 +51,7 @@ func (p Paths) Check() error {
 	for _, f := range []string{
 		filepath.Join(p.Assets, "kube-apiserver"), filepath.Join(p.Assets, "etcd"),
 		filepath.Join(p.Assets, "kube-controller-manager"),
-		p.Clusterctl, p.Manager, p.Sim, p.Quickstart, p.ClusterctlConfig(), p.MetalLB, p.MetalLBCRDs,
+		p.Clusterctl, p.Manager, p.Sim, p.Quickstart, p.ClusterctlConfig(), p.MetalLB, p.MetalLBCRDs, p.Prometheus,
 	} {
 		if _, err := os.Stat(f); err != nil {
 			return errors.Errorf("%s is missing: run 'make e2e-assets test-assets'", f)
