@@ -164,14 +164,14 @@ UNIT_PACKAGES = $$(go list -test -f '{{if .ForTest}}{{.ForTest}} {{join .Deps " 
 	END {for (p in all) if (!cp[p]) print p}' | sort -u | grep -v /test/e2e)
 
 .PHONY: test
-test: verify-gen verify-tidy verify-imports vet lint test-assets e2e-assets $(PROMTOOL) ## Everything on Kubernetes KUBE_VERSION (default the newest): generated files, go.mod tidy, vet, lint, then all tests (unit, envtest, e2e).
+test: verify-gen verify-tidy verify-imports vet lint test-assets e2e-assets $(PROMTOOL) $(PROMETHEUS) ## Everything on Kubernetes KUBE_VERSION (default the newest): generated files, go.mod tidy, vet, lint, then all tests (unit, envtest, e2e).
 	@echo "Testing on Kubernetes $(KUBE_VERSION) (etcd $(ETCD_VERSION))"
 	@$(PROGRESS) "Running the unit, envtest and other suites with -race (~5 min; a line per package as it ends)" -- \
 		go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) $(GO_PACKAGES_BUT_E2E)
 	@$(PROGRESS) "Running the end-to-end suite (~4 min)" -- go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) ./test/e2e/
 
 .PHONY: test-kube
-test-kube: test-assets e2e-assets ## Only the suites that run a control plane (envtest, templates, e2e), on KUBE_VERSION: make test-kube KUBE_VERSION=v1.33.4.
+test-kube: test-assets e2e-assets $(PROMETHEUS) ## Only the suites that run a control plane (envtest, templates, e2e), on KUBE_VERSION: make test-kube KUBE_VERSION=v1.33.4.
 	@echo "Testing on Kubernetes $(KUBE_VERSION) (etcd $(ETCD_VERSION))"
 	@$(PROGRESS) "Running the suites that start a control plane (~3 min)" -- \
 		go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) $(CONTROL_PLANE_PACKAGES_BUT_E2E)
@@ -187,7 +187,7 @@ test-unit: $(PROMTOOL) ## Only the fast tier: tests that start no control plane 
 	go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) $(UNIT_PACKAGES)
 
 .PHONY: test-go
-test-go: test-assets e2e-assets $(PROMTOOL) ## All Go tests, without the generation and lint checks of make test.
+test-go: test-assets e2e-assets $(PROMTOOL) $(PROMETHEUS) ## All Go tests, without the generation and lint checks of make test.
 	go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) $(GO_PACKAGES_BUT_E2E)
 	go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) ./test/e2e/
 
@@ -200,7 +200,7 @@ CHAOS_FUZZTIME ?= 30s
 # The commit the chaos table is measured on ("-dirty" when the work tree has changes).
 CHAOS_COMMIT = $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD 2>/dev/null || echo -dirty)
 .PHONY: test-chaos
-test-chaos: test-assets e2e-assets ## Every fuzz target for CHAOS_FUZZTIME, then the chaos scenarios at full size (make test runs them short); their table, with the commit, goes to out/chaos/summary.md, a row for every scenario, failed or not.
+test-chaos: test-assets e2e-assets $(PROMETHEUS) ## Every fuzz target for CHAOS_FUZZTIME, then the chaos scenarios at full size (make test runs them short); their table, with the commit, goes to out/chaos/summary.md, a row for every scenario, failed or not.
 	@$(PROGRESS) "Fuzzing every parser of outside input for $(CHAOS_FUZZTIME) each" -- $(MAKE) --no-print-directory fuzz FUZZTIME=$(CHAOS_FUZZTIME)
 	@rm -f $(ROOT)/out/chaos/rows.jsonl
 	@export E2E_CHAOS=full CHAOS_ROWS=$(ROOT)/out/chaos/rows.jsonl CHAOS_COMMIT=$(CHAOS_COMMIT); status=0; \
@@ -211,14 +211,14 @@ test-chaos: test-assets e2e-assets ## Every fuzz target for CHAOS_FUZZTIME, then
 	exit $$status
 
 .PHONY: test-e2e
-test-e2e: test-assets e2e-assets ## Only the end-to-end tests (clusterctl, manager process, control planes); RUN=regexp picks some.
+test-e2e: test-assets e2e-assets $(PROMETHEUS) ## Only the end-to-end tests (clusterctl, manager process, control planes); RUN=regexp picks some.
 	go test -count=1 -timeout $(TEST_TIMEOUT) -v $(if $(RUN),-run '$(RUN)') ./test/e2e/
 
 .PHONY: test-assets
 test-assets: $(TEST_ASSETS) ## Build kube-apiserver, kube-controller-manager and etcd into bin/ (cached).
 
 .PHONY: e2e-assets
-e2e-assets: build local-repository $(CLUSTERCTL) $(METALLB) $(PROMETHEUS) ## Build what test/e2e and the quickstart run: binaries, release, clusterctl repository, MetalLB's controller, Prometheus.
+e2e-assets: build local-repository $(CLUSTERCTL) $(METALLB) ## Build what test/e2e and the quickstart run: binaries, release, clusterctl repository, MetalLB's controller (test/e2e also runs Prometheus: $(PROMETHEUS)).
 
 ##@ Tools (cached in bin/)
 
@@ -241,8 +241,6 @@ $(CLUSTERCTL): hack/tools/clusterctl/go.mod
 		-X sigs.k8s.io/cluster-api/version.gitMajor=1 -X sigs.k8s.io/cluster-api/version.gitMinor=$(word 2,$(subst ., ,$(CLUSTERCTL_VERSION)))" \
 		-o $@ sigs.k8s.io/cluster-api/cmd/clusterctl
 
-# MetalLB's controller and its CRDs, for the end-to-end tests and the quickstart: the
-# controller alone (no speaker: nothing needs announcing on loopback).
 $(PROMTOOL): hack/tools/prometheus/go.mod
 	@cd hack/tools/prometheus && $(PROGRESS) "Building promtool from source into bin/ (first run only, ~4 min)" -- \
 		env CGO_ENABLED=0 go build -trimpath -o $@ github.com/prometheus/prometheus/cmd/promtool
@@ -256,6 +254,8 @@ $(PROMETHEUS): hack/tools/prometheus/go.mod $(PROMTOOL)
 .PHONY: promtool
 promtool: $(PROMTOOL) ## Build promtool into bin/ (cached): it unit-tests the alert rules.
 
+# MetalLB's controller and its CRDs, for the end-to-end tests and the quickstart: the
+# controller alone (no speaker: nothing needs announcing on loopback).
 $(METALLB): hack/tools/metallb/go.mod
 	@cd hack/tools/metallb && $(PROGRESS) "Building MetalLB's controller from source into bin/ (first run only, ~3 min)" -- \
 		env CGO_ENABLED=0 go build -trimpath -o $@ go.universe.tf/metallb/controller

@@ -51,7 +51,7 @@ func (p Paths) Check() error {
 	for _, f := range []string{
 		filepath.Join(p.Assets, "kube-apiserver"), filepath.Join(p.Assets, "etcd"),
 		filepath.Join(p.Assets, "kube-controller-manager"),
-		p.Clusterctl, p.Manager, p.Sim, p.Quickstart, p.ClusterctlConfig(), p.MetalLB, p.MetalLBCRDs, p.Prometheus,
+		p.Clusterctl, p.Manager, p.Sim, p.Quickstart, p.ClusterctlConfig(), p.MetalLB, p.MetalLBCRDs,
 	} {
 		if _, err := os.Stat(f); err != nil {
 			return errors.Errorf("%s is missing: run 'make e2e-assets test-assets'", f)

@@ -25,6 +25,9 @@ type Prometheus struct {
 // /metrics over plain HTTP) every second and evaluates the rules (a Prometheus rules
 // file, nil for none) every second.
 func StartPrometheus(dir string, p Paths, rules []byte, targets ...string) (*Prometheus, error) {
+	if _, err := os.Stat(p.Prometheus); err != nil {
+		return nil, errors.Errorf("the Prometheus server %q is missing (E2E_PROMETHEUS): run 'make test-e2e', which builds it", p.Prometheus)
+	}
 	dir = filepath.Join(dir, "prometheus")
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, err

@@ -149,6 +149,8 @@ type claimKey struct {
 	state, reason string
 }
 
+// collectClaims counts the cache's claims. Without deep copies a list still copies each
+// claim's top-level struct: about 25 MB for 50,000 claims, for the moment of a scrape.
 func collectClaims(ctx context.Context, r client.Reader, now time.Time, ch chan<- prometheus.Metric) {
 	list := &ipamv1.IPAddressClaimList{}
 	if r.List(ctx, list, client.UnsafeDisableDeepCopy) != nil {

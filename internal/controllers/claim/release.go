@@ -3,6 +3,7 @@ package claim
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/pkg/errors"
 	corev1 "k8s.io/api/core/v1"
@@ -78,9 +79,9 @@ func (h *Handler) release(ctx context.Context) outcome {
 	case sec.Fingerprint == "":
 		return releaseFailed(fmt.Sprintf("waiting for Secret %s/%s to be fingerprinted by the provider", sec.Ref.Namespace, sec.Ref.Name))
 	case sec.Changed():
-		return releaseFailed(fmt.Sprintf("the value of Secret %s/%s key %s changed since %s was registered under it: restore it, "+
+		return releaseWaits(fmt.Sprintf("the value of Secret %s/%s key %s changed since %s was registered under it: restore it, "+
 			"and the address is released; releasing with the new value would find nothing and abandon the address", sec.Ref.Namespace,
-			sec.Ref.Name, sec.Ref.Key, orPending(reg.Address))).retryIn(h.secretRecheck())
+			sec.Ref.Name, sec.Ref.Key, orPending(reg.Address)), h.secretRecheck())
 	}
 
 	if !reg.Registered {
@@ -90,8 +91,8 @@ func (h *Handler) release(ctx context.Context) outcome {
 		// then register the address for good).
 		reg.RetentionPeriodDays = 0
 		if left := h.InFlight.MayStillBeInFlight(h.claim.UID, reg.Attempt); left > 0 {
-			return releaseFailed(fmt.Sprintf("an earlier registration request may still be in flight; releasing after %s",
-				h.after(left))).retryIn(left)
+			return releaseWaits(fmt.Sprintf("an earlier registration request may still be in flight; releasing after %s",
+				h.after(left)), left)
 		}
 	}
 	if reg.Address == "" {
@@ -149,6 +150,12 @@ func orPending(a string) string {
 
 func releaseFailed(msg string) outcome {
 	return failed(ipamv1alpha1.ClaimReadyReleaseFailedReason, "releasing the address failed, retrying with back-off: "+msg).releasing()
+}
+
+// releaseWaits is a release that waits for something whose end is known (a request
+// still in flight, a Secret looked at again later): it comes back then, no back-off.
+func releaseWaits(msg string, d time.Duration) outcome {
+	return failed(ipamv1alpha1.ClaimReadyReleaseFailedReason, "releasing the address waits: "+msg).releasing().retryIn(d)
 }
 
 // released finishes a release, logging msg: the record goes (the Reconciler then

@@ -35,7 +35,7 @@ func TestAWaitComesBackWhenItEndsWhateverTheClock(t *testing.T) {
 	// A lost answer is waited out twice over: by the claim (the quarantine) and by the
 	// IPAM-API client (twice the request timeout from the request's end). Short, and as
 	// in a manager, the same.
-	w.cfg.RequestTimeout, w.cfg.QuarantineTime = 250*time.Millisecond, 500*time.Millisecond
+	w.cfg.RequestTimeout, w.cfg.QuarantineTime = time.Second, 2*time.Second
 	w.start()
 	pools(w)
 	w.create(claimObj("c", "routed", nil))
