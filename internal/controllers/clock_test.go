@@ -114,8 +114,10 @@ func TestClockJumpsDuringABurst(t *testing.T) {
 	routed.Endpoint = url
 	subnet := subnetPool("hnet-private", ipamv1alpha1.IPv4, "10.77.0.0/22", "10.77.0.1")
 	subnet.Endpoint = url
-	newPool(t, ns.Name, "routed", routed)
-	newPool(t, ns.Name, "subnet", subnet)
+	// Both Ready first: the subnet pool's check of its subnet registers an address of
+	// its own, and the faults are for the claims.
+	poolReady(t, newPool(t, ns.Name, "routed", routed), metav1.ConditionTrue, ipamv1alpha1.PoolReadyReason, "")
+	poolReady(t, newPool(t, ns.Name, "subnet", subnet), metav1.ConditionTrue, ipamv1alpha1.PoolReadyReason, "")
 	g.Expect(api.SetFaults(sim.Faults{Latency: 5 * time.Millisecond, LatencyJitter: 20 * time.Millisecond,
 		DropAfterNext: 3, DropAfterRate: 0.1, Routes: []sim.Route{sim.RouteRegister}})).To(Succeed())
 

@@ -122,6 +122,9 @@ func TestSubnetModeLostAnswerGivesTheCandidateBack(t *testing.T) {
 	spec := subnetPool("hnet-private", ipamv1alpha1.IPv4, "10.62.0.0/24", "10.62.0.1")
 	spec.Endpoint = url
 	pool := newPool(t, ns.Name, "nodes", spec)
+	// The pool checks its subnet against its zone with a registration of its own first:
+	// the answer lost must be the claim's.
+	poolReady(t, pool, metav1.ConditionTrue, ipamv1alpha1.PoolReadyReason, "")
 	api.SetFaultRoutes(sim.RouteRegister)
 	g.Expect(api.DropNext(sim.DropAfter, 1)).To(Succeed())
 
