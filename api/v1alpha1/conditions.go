@@ -113,6 +113,9 @@ const (
 	EventAddressNotInZoneReason = "AddressNotInZone"
 	// EventNoPoolReason: no GlobalVitistackIPPool serves a Service's zone and family.
 	EventNoPoolReason = "NoPool"
+	// EventMetalLBAssignedReason: MetalLB announces, for a Service, an address the
+	// provider has not handed it: a MetalLB pool with autoAssign on picked it.
+	EventMetalLBAssignedReason = "MetalLBAssigned"
 	// EventReleasedReason: a claim's address was released with a retention that keeps
 	// it for the claim's identity.
 	EventReleasedReason = "Released"

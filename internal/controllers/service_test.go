@@ -351,17 +351,25 @@ func TestServiceFromTheIPAMOperatorIsAdopted(t *testing.T) {
 
 // The IPAM-API is down while a Service is deleted: the Service waits, and its address
 // is released once the IPAM-API is back.
-func TestServiceDeletionWaitsForTheIPAMAPI(t *testing.T) {
-	g := NewWithT(t)
-	ns := newNamespace(t)
+// servicePoolOfItsOwn creates a GlobalVitistackIPPool of zone inet, IPv4, on an
+// IPAM-API stand-in of its own, for Services that name it (ipam.vitistack.io/pool):
+// other tests' Services must not pick it, so it goes when the test ends.
+func servicePoolOfItsOwn(t *testing.T, name string) (*sim.Server, *ipamv1alpha1.GlobalVitistackIPPool) {
+	t.Helper()
 	api, url, stop := env.ExtraSim()
 	t.Cleanup(stop)
 	spec := routedPool("inet", ipamv1alpha1.IPv4)
 	spec.Endpoint = url
-	pool := &ipamv1alpha1.GlobalVitistackIPPool{ObjectMeta: metav1.ObjectMeta{Name: "down-" + ns.Name}, Spec: spec}
-	g.Expect(env.Client.Create(ctx, pool)).To(Succeed())
-	// Other tests' Services must not pick this pool (it serves zone inet too).
+	pool := &ipamv1alpha1.GlobalVitistackIPPool{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}
+	NewWithT(t).Expect(env.Client.Create(ctx, pool)).To(Succeed())
 	t.Cleanup(func() { deleteAndWait(t, pool) })
+	return api, pool
+}
+
+func TestServiceDeletionWaitsForTheIPAMAPI(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	api, pool := servicePoolOfItsOwn(t, "down-"+ns.Name)
 	svc := published(t, newService(t, ns.Name, "fragile", map[string]string{"ipam.vitistack.io/zone": "inet", "ipam.vitistack.io/pool": pool.Name}), 1)
 	ip := svc.Annotations["metallb.io/loadBalancerIPs"]
 
@@ -532,4 +540,36 @@ func TestServiceAddressChangeWhileFirstClaimPending(t *testing.T) {
 	patchAnnotations(t, svc, map[string]string{"ipam.vitistack.io/addresses": "10.201.0.7"})
 	g.Eventually(annotationOf(svc, "metallb.io/loadBalancerIPs"), 30*time.Second, poll).Should(Equal("10.201.0.7"))
 	g.Eventually(func() []ipamv1.IPAddressClaim { return serviceClaims(t, svc) }, eventually, poll).Should(HaveLen(1))
+}
+
+// MetalLB announcing an address it picked itself (a pool with autoAssign on) for a
+// Service whose claim cannot bind yet is named on the Service, with MetalLB's pool; the
+// Service still gets the registered address once the IPAM-API answers.
+func TestServiceSaysMetalLBAssignedAnAddressItself(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	api, pool := servicePoolOfItsOwn(t, "eager-"+ns.Name)
+	api.SetDown(true)
+	svc := newService(t, ns.Name, "eager", map[string]string{"ipam.vitistack.io/zone": "inet", "ipam.vitistack.io/pool": pool.Name})
+
+	// What MetalLB's controller writes when its pool assigns by itself.
+	g.Eventually(func() error {
+		got := &corev1.Service{}
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(svc), got); err != nil {
+			return err
+		}
+		got.Annotations["metallb.io/ip-allocated-from-pool"] = "default-pool"
+		if err := env.Client.Update(ctx, got); err != nil {
+			return err
+		}
+		got.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "192.0.2.10"}}
+		return env.Client.Status().Update(ctx, got)
+	}, eventually, poll).Should(Succeed())
+	hasEvent(t, svc, corev1.EventTypeWarning, "MetalLBAssigned",
+		`MetalLB announces 192.0.2.10, which this provider has not handed it: MetalLB's IPAddressPool "default-pool" assigns addresses itself`)
+
+	api.SetDown(false)
+	got := published(t, svc, 1)
+	g.Expect(got.Annotations["metallb.io/loadBalancerIPs"]).NotTo(Equal("192.0.2.10"))
+	deleteAndWait(t, got)
 }

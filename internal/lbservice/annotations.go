@@ -21,6 +21,10 @@ const (
 	MetalLBAllowSharedIPAnnotation   = "metallb.io/allow-shared-ip"
 )
 
+// MetalLBAllocatedFromPoolAnnotation is written by MetalLB's controller: the
+// IPAddressPool the Service's announced addresses come from. The provider only reads it.
+const MetalLBAllocatedFromPoolAnnotation = "metallb.io/ip-allocated-from-pool"
+
 // Family values of the ip-family annotation.
 const (
 	FamilyIPv4 = "ipv4"

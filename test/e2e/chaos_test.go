@@ -146,6 +146,31 @@ func waitServices(t *testing.T, ns string, n int, within time.Duration) {
 	waitCounted(t, "Service", countServices, ns, n, within)
 }
 
+// announcedAsRegistered waits until MetalLB announces, for every one of ns's Services,
+// exactly the addresses handed to it, and checks that the IPAM-API holds each of them
+// for that Service alone.
+func announcedAsRegistered(t *testing.T, ns string) {
+	t.Helper()
+	g := newG(t)
+	list := &corev1.ServiceList{}
+	g.Eventually(func(g Gomega) {
+		g.Expect(a.Client.List(context.Background(), list, client.InNamespace(ns))).To(Succeed())
+		for _, s := range list.Items {
+			var ingress []string
+			for _, in := range s.Status.LoadBalancer.Ingress {
+				ingress = append(ingress, in.IP)
+			}
+			g.Expect(ingress).To(ConsistOf(strings.Split(s.Annotations[lbservice.MetalLBLoadBalancerIPsAnnotation], ",")),
+				"MetalLB's status of Service %s", s.Name)
+		}
+	}).WithTimeout(2 * timeout).Should(Succeed())
+	for _, s := range list.Items {
+		for _, in := range s.Status.LoadBalancer.Ingress {
+			g.Expect(activeHolders(t, in.IP)).To(ConsistOf(HaveField("ServiceName", s.Name)), "the holders of %s (Service %s)", in.IP, s.Name)
+		}
+	}
+}
+
 // countClaims returns how many of ns's claims are bound, and how many there are.
 func countClaims(ctx context.Context, ns string) (bound, total int, err error) {
 	list := &ipamv1.IPAddressClaimList{}
@@ -306,15 +331,17 @@ func scanCanaries(t *testing.T, row *chaos.Row, when string, managers []*localcl
 	newG(t).Expect(found).To(BeEmpty(), "a secret value shows %s", when)
 }
 
-// A burst of claims (routed and subnet pools mixed) and dual-stack LoadBalancer
-// Services while the leading manager is killed with kill -9 again and again and a
-// standby replica takes over each time; then everything is deleted, again with kills.
+// A burst of claims (routed and subnet pools mixed) and 50 dual-stack LoadBalancer
+// Services, MetalLB's controller announcing them, while the leading manager is killed
+// with kill -9 again and again and a standby replica takes over each time: MetalLB ends
+// announcing for each Service exactly the addresses the IPAM-API holds for it. Then
+// everything is deleted, again with kills.
 // Nothing leaks, nothing is bound twice, no finalizer is left behind, and no secret
 // value shows anywhere, while the objects exist or after.
 func TestChaosManagerKilled(t *testing.T) {
-	n, services, kills := 60, 10, 2
+	n, services, kills := 60, 50, 2
 	if chaos.Full() {
-		n, services, kills = 1000, 50, 5
+		n, kills = 1000, 5
 	}
 	g := newG(t)
 	ctx := context.Background()
@@ -335,6 +362,10 @@ func TestChaosManagerKilled(t *testing.T) {
 	// Slower answers, so that kills land with registrations in flight.
 	g.Expect(ipamAPI.SetFaults(ctx, sim.Faults{Latency: 100 * time.Millisecond, LatencyJitter: 100 * time.Millisecond})).To(Succeed())
 	t.Cleanup(func() { _ = ipamAPI.SetFaults(ctx, sim.Faults{}) })
+	// MetalLB's controller announces what the Services are handed.
+	metallb, err := a.StartMetalLB(ctx, localcluster.StandInPools())
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(metallb.Stop)
 	r := newReplicas(t, "--enable-service-controller", "--default-secret-namespace="+manager.ProviderNamespace)
 	t.Cleanup(r.stop)
 
@@ -347,6 +378,7 @@ func TestChaosManagerKilled(t *testing.T) {
 	}, r.killLeader)
 	waitClaims(t, ns, n, 10*timeout)
 	waitServices(t, svcNS, services, 5*timeout)
+	announcedAsRegistered(t, svcNS)
 	settledAccounts(t, a, nsUIDs)
 	scanCanaries(t, row, "after the burst", r.managers, secretValue, svcSecret)
 

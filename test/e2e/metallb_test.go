@@ -10,19 +10,24 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/localcluster"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/testenv"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi/sim"
 )
 
 // MetalLB's controller in the loop, with the Services flavour: every LoadBalancer
 // Service ends with status.loadBalancer.ingress equal to exactly the addresses the
 // IPAM-API registered for it, under its identity (single stack IPv4 and IPv6, dual
 // stack, two Services sharing an address by consent, an address requested and then
-// changed); a third Service asking for a shared address without the share key gets
-// nothing MetalLB could announce; deleting them releases every address, and the
-// accounting oracle finds nothing wrong.
+// changed, a family dropped and asked for again, a move to another pool of the zone
+// that keeps the address); a third Service asking for a shared address without the share key gets
+// nothing MetalLB could announce; deleting them releases every address. A MetalLB pool
+// with autoAssign on is named in a warning on the Service MetalLB gave an address of
+// its own. The accounting oracle finds nothing wrong.
 func TestMetalLBAnnouncesWhatTheIPAMAPIRegistered(t *testing.T) {
 	g := newG(t)
 	ctx := context.Background()
@@ -120,18 +125,65 @@ func TestMetalLBAnnouncesWhatTheIPAMAPIRegistered(t *testing.T) {
 
 	// An address asked for, then another: MetalLB moves to it, and the first is released.
 	old := announced(v4, 1)[0]
-	moved := &corev1.Service{}
-	g.Expect(w.Client.Get(ctx, client.ObjectKeyFromObject(v4), moved)).To(Succeed())
-	patch := client.MergeFrom(moved.DeepCopy())
-	moved.Annotations[ipamv1alpha1.AddressesAnnotation] = "10.99.0.7"
-	g.Expect(w.Client.Patch(ctx, moved, patch)).To(Succeed())
+	update(t, w, v4, func(s *corev1.Service) { s.Annotations[ipamv1alpha1.AddressesAnnotation] = "10.99.0.7" })
 	g.Eventually(func() []string { return announcedNow(t, w, v4) }).Should(Equal([]string{"10.99.0.7"}))
 	registeredFor([]string{"10.99.0.7"}, "v4")
 	g.Eventually(func() int { return len(activeHolders(t, old)) }).Should(BeZero(), "the old address %s is released", old)
 
-	all := []*corev1.Service{v4, v6, dual, first, second, third}
+	// A family dropped (as the README says: the ip-family annotation, and the Service's
+	// policy single stack), then asked for again: MetalLB announces the IPv4 address
+	// alone and the IPv6 one is released; then a new IPv6 address joins it.
+	dualIPs := announcedNow(t, w, dual)
+	slices.SortFunc(dualIPs, func(a, b string) int { return netip.MustParseAddr(a).Compare(netip.MustParseAddr(b)) })
+	update(t, w, dual, func(s *corev1.Service) {
+		s.Annotations[ipamv1alpha1.IPFamilyAnnotation] = "ipv4"
+		s.Spec.IPFamilyPolicy = ptr.To(corev1.IPFamilyPolicySingleStack)
+	})
+	g.Eventually(func() []string { return announcedNow(t, w, dual) }).Should(Equal(dualIPs[:1]))
+	g.Eventually(func() int { return len(activeHolders(t, dualIPs[1])) }).Should(BeZero(), "the dropped %s is released", dualIPs[1])
+	registeredFor(dualIPs[:1], "dual")
+	update(t, w, dual, func(s *corev1.Service) {
+		s.Annotations[ipamv1alpha1.IPFamilyAnnotation] = "dual"
+		s.Spec.IPFamilyPolicy = ptr.To(corev1.IPFamilyPolicyRequireDualStack)
+		s.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}
+	})
+	ips = announced(dual, 2)
+	g.Expect(ips).To(ContainElement(dualIPs[0]), "the IPv4 address stays")
+	registeredFor(ips, "dual")
+
+	// A move to another pool of the same zone and family keeps the address: MetalLB
+	// announces it in every version of the Service on the way, and the IPAM-API holds it
+	// for the Service alone.
+	newGlobalPool(t, w, "inet-ipv4-b", "inet", ipamv1alpha1.IPv4)
+	mover := service("mover", 443, map[string]string{ipamv1alpha1.ZoneAnnotation: "inet", ipamv1alpha1.PoolAnnotation: "inet-ipv4"})
+	kept := announced(mover, 1)
+	current := &corev1.Service{}
+	g.Expect(w.Client.Get(ctx, client.ObjectKeyFromObject(mover), current)).To(Succeed())
+	versions, err := testenv.WatchVersions(ctx, w.Config, &corev1.ServiceList{}, current)
+	g.Expect(err).NotTo(HaveOccurred())
+	update(t, w, mover, func(s *corev1.Service) { s.Annotations[ipamv1alpha1.PoolAnnotation] = "inet-ipv4-b" })
+	g.Eventually(func(g Gomega) {
+		claims := &ipamv1.IPAddressClaimList{}
+		g.Expect(w.Client.List(ctx, claims, client.InNamespace(ns), client.MatchingLabels{ipamv1alpha1.ServiceNameLabel: "mover"})).To(Succeed())
+		g.Expect(claims.Items).To(ConsistOf(And(HaveField("Spec.PoolRef.Name", "inet-ipv4-b"), HaveField("Status.AddressRef.Name", Not(BeEmpty())))))
+	}).Should(Succeed())
+	g.Expect(announcedNow(t, w, mover)).To(Equal(kept))
+	for _, v := range versions.Stop() {
+		g.Expect(v.Status.LoadBalancer.Ingress).To(ConsistOf(HaveField("IP", kept[0])),
+			"version %s of the Service: MetalLB announced another address, or none", v.ResourceVersion)
+	}
+	registeredFor(kept, "mover")
+
+	all := []*corev1.Service{v4, v6, dual, first, second, third, mover}
+	// With autoAssign off, MetalLB announced nothing of its own through all of that: the
+	// provider warned of nothing, moves and family switches included.
+	for _, s := range all {
+		for _, e := range eventsOf(t, w, s) {
+			g.Expect(e.Reason).NotTo(Equal(ipamv1alpha1.EventMetalLBAssignedReason), "Service %s: %s", s.Name, e.Message)
+		}
+	}
 	var addresses []string
-	for _, s := range all[:5] {
+	for _, s := range slices.Concat(all[:5], all[6:]) {
 		addresses = append(addresses, announcedNow(t, w, s)...)
 	}
 	for _, s := range all {
@@ -140,7 +192,54 @@ func TestMetalLBAnnouncesWhatTheIPAMAPIRegistered(t *testing.T) {
 	for _, ip := range addresses {
 		g.Expect(activeHolders(t, ip)).To(BeEmpty(), "%s is released", ip)
 	}
+
+	// A MetalLB pool with autoAssign on, by mistake, and a new Service whose claim
+	// cannot bind yet (the IPAM-API answers 503): MetalLB announces an address it picked
+	// itself, and the provider says so on the Service, naming MetalLB's pool. Once the
+	// claim binds, MetalLB moves to the registered address.
+	pools := localcluster.StandInPools()
+	for i := range pools {
+		pools[i].AutoAssign = true
+	}
+	g.Expect(w.SetMetalLBPools(ctx, pools)).To(Succeed())
+	g.Expect(ipamAPI.SetFaults(ctx, sim.Faults{ErrorRate: 1, ErrorStatus: 503, ErrorBody: `{"message":"service unavailable"}`,
+		Routes: []sim.Route{sim.RouteRegister}})).To(Succeed())
+	t.Cleanup(func() { _ = ipamAPI.SetFaults(context.Background(), sim.Faults{}) })
+	eager := service("eager", 443, map[string]string{ipamv1alpha1.ZoneAnnotation: "hnet-private"})
+	own := announced(eager, 1)[0]
+	g.Eventually(func() []string {
+		var notes []string
+		for _, e := range eventsOf(t, w, eager) {
+			if e.Reason == ipamv1alpha1.EventMetalLBAssignedReason {
+				notes = append(notes, e.Message)
+			}
+		}
+		return notes
+	}).Should(ContainElement(And(ContainSubstring(own), ContainSubstring(`IPAddressPool "hnet-private"`), ContainSubstring("autoAssign: false"))))
+	g.Expect(ipamAPI.SetFaults(ctx, sim.Faults{})).To(Succeed())
+	var handed string
+	g.Eventually(func(g Gomega) {
+		got := &corev1.Service{}
+		g.Expect(w.Client.Get(ctx, client.ObjectKeyFromObject(eager), got)).To(Succeed())
+		handed = got.Annotations["metallb.io/loadBalancerIPs"]
+		g.Expect(handed).NotTo(BeEmpty())
+		g.Expect(got.Status.LoadBalancer.Ingress).To(ConsistOf(HaveField("IP", handed)))
+	}).WithTimeout(2 * timeout).Should(Succeed())
+	registeredFor([]string{handed}, "eager")
+	deleteAndWait(t, w, eager)
+	g.Expect(activeHolders(t, handed)).To(BeEmpty(), "%s is released", handed)
 	settledAccounts(t, w, map[string]bool{nsUID: true})
+}
+
+// update changes the Service with change and patches it.
+func update(t *testing.T, w *localcluster.ControlPlane, svc *corev1.Service, change func(*corev1.Service)) {
+	t.Helper()
+	got := &corev1.Service{}
+	g := newG(t)
+	g.Expect(w.Client.Get(context.Background(), client.ObjectKeyFromObject(svc), got)).To(Succeed())
+	patch := client.MergeFrom(got.DeepCopy())
+	change(got)
+	g.Expect(w.Client.Patch(context.Background(), got, patch)).To(Succeed())
 }
 
 // announcedNow is what MetalLB's status of the Service lists now.

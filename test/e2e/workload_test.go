@@ -23,7 +23,8 @@ import (
 // The Services flavour (release asset ipam-components-workload.yaml) taking over from
 // the IPAM-operator, as docs/migrating-from-ipam-operator.md says, on a cluster without
 // Cluster API: a Service the operator gave an address keeps it, and the address MetalLB
-// reads from it never changes on the way; a new LoadBalancer Service gets an address
+// reads from it, and the external IP MetalLB's controller announces, never change or go
+// on the way; a new LoadBalancer Service gets an address
 // registered under the IPAM-operator's identity (the Service's name); the Service webhook
 // refuses a bad annotation; deleting the Services releases their addresses.
 func TestWorkloadFlavourTakesOverFromTheIPAMOperator(t *testing.T) {
@@ -66,7 +67,13 @@ func TestWorkloadFlavourTakesOverFromTheIPAMOperator(t *testing.T) {
 		"metallb.io/allow-shared-ip":               "pre-shared-key-sa4OuI3e0oQ8Z1xYvB7nK2mP5rT9wL3c",
 	})
 	g.Expect(w.Client.Create(ctx, legacy)).To(Succeed())
+	// MetalLB announces it, as it did under the IPAM-operator.
+	metallb, err := w.StartMetalLB(ctx, localcluster.StandInPools())
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(metallb.Stop)
+	g.Eventually(func() []string { return announcedNow(t, w, legacy) }).Should(Equal([]string{kept}))
 	// Every version of the Service from now until the provider has taken it over.
+	g.Expect(w.Client.Get(ctx, client.ObjectKeyFromObject(legacy), legacy)).To(Succeed())
 	versions, err := testenv.WatchVersions(ctx, w.Config, &corev1.ServiceList{}, legacy)
 	g.Expect(err).NotTo(HaveOccurred())
 
@@ -110,6 +117,8 @@ func TestWorkloadFlavourTakesOverFromTheIPAMOperator(t *testing.T) {
 	for _, v := range versions.Stop() {
 		g.Expect(v.Annotations).To(HaveKeyWithValue("metallb.io/loadBalancerIPs", kept),
 			"version %s of the Service would have had MetalLB announce another address, or none", v.ResourceVersion)
+		g.Expect(v.Status.LoadBalancer.Ingress).To(ConsistOf(HaveField("IP", kept)),
+			"version %s of the Service: MetalLB announced another address, or none", v.ResourceVersion)
 	}
 	holders := activeHolders(t, kept)
 	g.Expect(holders).To(HaveLen(1), "the operator's registration, not a second one")
@@ -130,6 +139,7 @@ func TestWorkloadFlavourTakesOverFromTheIPAMOperator(t *testing.T) {
 		g.Expect(w.Client.Get(ctx, client.ObjectKeyFromObject(web), got)).To(Succeed())
 		address = got.Annotations["metallb.io/loadBalancerIPs"]
 		g.Expect(address).To(HavePrefix("10."))
+		g.Expect(got.Status.LoadBalancer.Ingress).To(ConsistOf(HaveField("IP", address)), "MetalLB announces the address handed to it")
 	}).Should(Succeed())
 	holders = activeHolders(t, address)
 	g.Expect(holders).To(HaveLen(1))

@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"maps"
+	"net/netip"
 	"slices"
 	"strings"
 
@@ -60,6 +61,30 @@ func (r *Reconciler) publish(ctx context.Context, svc *corev1.Service, spec *lbs
 		r.Recorder.Eventf(svc, nil, corev1.EventTypeNormal, ipamv1alpha1.ClaimReadyAllocatedReason, actionAllocate, "Addresses %s handed to MetalLB", strings.Join(ips, ","))
 	}
 	return nil
+}
+
+// checkAnnounced warns when MetalLB announces, for a family the Service asks for and
+// has not been handed an address of yet, an address the Service did not ask for:
+// MetalLB picked it itself, from a pool with autoAssign on, and the IPAM-API may have
+// given it to someone else. MetalLB moves to the provider's address once it is handed
+// over; until then the event names MetalLB's pool.
+func (r *Reconciler) checkAnnounced(svc *corev1.Service, spec *lbservice.Spec) {
+	handed := byFamily(svc.Annotations[lbservice.MetalLBLoadBalancerIPsAnnotation])
+	for _, in := range svc.Status.LoadBalancer.Ingress {
+		a, err := netip.ParseAddr(in.IP)
+		if err != nil {
+			continue
+		}
+		fam := ipamapi.FamilyOf(a)
+		if !slices.Contains(spec.Families, fam) || handed[fam] != "" || spec.Addresses[fam] == netip.PrefixFrom(a, a.BitLen()).String() {
+			continue
+		}
+		r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, ipamv1alpha1.EventMetalLBAssignedReason, actionAllocate,
+			"MetalLB announces %s, which this provider has not handed it: MetalLB's IPAddressPool %q assigns addresses itself, "+
+				"and the IPAM-API may have given %s to someone else. Set autoAssign: false on that pool; "+
+				"MetalLB moves to the registered address once the claim is bound",
+			a, svc.Annotations[lbservice.MetalLBAllocatedFromPoolAnnotation], a)
+	}
 }
 
 // sameAddresses reports whether an addresses annotation already says what is asked

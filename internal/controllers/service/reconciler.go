@@ -189,6 +189,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		r.wrote(svc, serviceType, svc)
 	}
+	r.checkAnnounced(svc, spec)
 
 	claims, err := r.claimsOf(ctx, svc)
 	if err != nil {
