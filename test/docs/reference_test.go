@@ -376,7 +376,7 @@ func TestReadmeIsAFrontDoor(t *testing.T) {
 		}
 	}
 	want := []string{"Compatibility", "Quickstart", "Install with clusterctl", "A pool, a claim, an address",
-		"A LoadBalancer Service", "Where to read next", "Tests", "Licence"}
+		"A LoadBalancer Service", "Control-plane endpoints from a pool", "Where to read next", "Tests", "Licence"}
 	if !slices.Equal(sections, want) {
 		t.Errorf("README.md's sections are %q, want %q", sections, want)
 	}

@@ -98,6 +98,13 @@ func cases() []templateCase {
 			},
 		},
 		{
+			file:      "control-plane-endpoint.yaml",
+			namespace: "tpl-endpoint-dry",
+			required:  []string{"NODE_GATEWAY", "NODE_SUBNET"},
+			vars:      map[string]string{"CLUSTER_NAME": "c1", "NAMESPACE": "tpl-endpoint-dry", "NODE_SUBNET": "10.20.30.0/24", "NODE_GATEWAY": "10.20.30.1"},
+			objects:   []string{"VitistackIPPool tpl-endpoint-dry/c1-nodes", "IPAddressClaim tpl-endpoint-dry/c1-control-plane-endpoint"},
+		},
+		{
 			file:      "cluster-template-vsphere-nodes.yaml",
 			namespace: "tpl-vsphere",
 			required: []string{
