@@ -37,6 +37,11 @@ KUSTOMIZE := $(BIN)/kustomize
 CLUSTERCTL := $(BIN)/clusterctl
 PROMTOOL := $(BIN)/promtool
 PROMETHEUS := $(BIN)/prometheus
+HELM := $(BIN)/helm
+# The chart (charts/; its templates generated from config/ by make manifests) and where
+# make helm-package writes its archive.
+CHART := charts/cluster-api-ipam-provider-vitistack
+CHART_DIR := $(ROOT)/out/charts
 # kube-apiserver, kube-controller-manager and etcd of one version, side by side.
 KUBE_ASSETS := $(BIN)/k8s/$(KUBE_VERSION)
 KUBE_APISERVER := $(KUBE_ASSETS)/kube-apiserver
@@ -63,6 +68,8 @@ METALLB_CRDS := $(BIN)/metallb-crds
 export E2E_METALLB := $(METALLB)
 export E2E_METALLB_CRDS := $(METALLB_CRDS)
 export E2E_PROMETHEUS := $(PROMETHEUS)
+export E2E_HELM := $(HELM)
+export E2E_RELEASE_DIR := $(RELEASE_DIR)
 export E2E_VERSION := $(VERSION)
 export E2E_IMAGE := $(IMG)
 
@@ -86,18 +93,19 @@ generate: $(CONTROLLER_GEN) ## Generate deepcopy code (zz_generated.deepcopy.go)
 	$(CONTROLLER_GEN) object paths=./api/...
 
 .PHONY: manifests
-manifests: $(CONTROLLER_GEN) ## Generate CRDs, RBAC and webhook configuration under config/, and docs/pool-api.md.
+manifests: $(CONTROLLER_GEN) $(KUSTOMIZE) ## Generate CRDs, RBAC and webhook configuration under config/, docs/pool-api.md, and the chart's templates from config/.
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
 	$(CONTROLLER_GEN) rbac:roleName=manager-role paths=./internal/... paths=./cmd/... output:rbac:artifacts:config=config/rbac
 	$(CONTROLLER_GEN) webhook paths=./internal/webhooks/... output:webhook:artifacts:config=config/webhook
 	go run ./hack/capi-crds config/services/capi-crds
 	go run ./hack/docgen
+	go run ./hack/chart -kustomize $(KUSTOMIZE)
 
 .PHONY: verify-gen
 verify-gen: generate manifests ## Fail if generated files are stale.
-	@if [ -n "$$(git status --porcelain -- api config docs/pool-api.md)" ]; then \
+	@if [ -n "$$(git status --porcelain -- api config docs/pool-api.md charts)" ]; then \
 		echo "Generated files are stale; run 'make generate manifests' and commit:"; \
-		git status --porcelain -- api config docs/pool-api.md; git --no-pager diff -- api config docs/pool-api.md | head -50; exit 1; fi
+		git status --porcelain -- api config docs/pool-api.md charts; git --no-pager diff -- api config docs/pool-api.md charts | head -50; exit 1; fi
 
 .PHONY: verify-imports
 verify-imports: ## Fail if a controller package imports another, or the webhooks import a controller.
@@ -164,7 +172,7 @@ UNIT_PACKAGES = $$(go list -test -f '{{if .ForTest}}{{.ForTest}} {{join .Deps " 
 	END {for (p in all) if (!cp[p]) print p}' | sort -u | grep -v /test/e2e)
 
 .PHONY: test
-test: verify-gen verify-tidy verify-imports vet lint test-assets e2e-assets $(PROMTOOL) $(PROMETHEUS) ## Everything on Kubernetes KUBE_VERSION (default the newest): generated files, go.mod tidy, vet, lint, then all tests (unit, envtest, e2e).
+test: verify-gen verify-tidy verify-imports vet lint test-assets e2e-assets $(PROMTOOL) $(PROMETHEUS) $(HELM) ## Everything on Kubernetes KUBE_VERSION (default the newest): generated files, go.mod tidy, vet, lint, then all tests (unit, envtest, e2e).
 	@echo "Testing on Kubernetes $(KUBE_VERSION) (etcd $(ETCD_VERSION))"
 	@$(PROGRESS) "Running the unit, envtest and other suites with -race (~5 min; a line per package as it ends)" -- \
 		go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) $(GO_PACKAGES_BUT_E2E)
@@ -183,11 +191,11 @@ ci: ## What CI runs (.ci/run): make test on the newest Kubernetes, then make tes
 	$(MAKE) test-kube KUBE_VERSION=$(KUBE_VERSION_OLDEST)
 
 .PHONY: test-unit
-test-unit: $(PROMTOOL) ## Only the fast tier: tests that start no control plane (seconds; builds only promtool, once).
+test-unit: $(PROMTOOL) $(HELM) release-manifests ## Only the fast tier: tests that start no control plane (seconds; builds promtool and Helm once).
 	go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) $(UNIT_PACKAGES)
 
 .PHONY: test-go
-test-go: test-assets e2e-assets $(PROMTOOL) $(PROMETHEUS) ## All Go tests, without the generation and lint checks of make test.
+test-go: test-assets e2e-assets $(PROMTOOL) $(PROMETHEUS) $(HELM) ## All Go tests, without the generation and lint checks of make test.
 	go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) $(GO_PACKAGES_BUT_E2E)
 	go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) ./test/e2e/
 
@@ -254,6 +262,17 @@ $(PROMETHEUS): hack/tools/prometheus/go.mod $(PROMTOOL)
 .PHONY: promtool
 promtool: $(PROMTOOL) ## Build promtool into bin/ (cached): it unit-tests the alert rules.
 
+# Helm, for the chart: lint and render in make test, package in make helm-package.
+HELM_VERSION = $(shell awk '$$1 == "require" && $$2 == "helm.sh/helm/v4" {print $$3}' hack/tools/helm/go.mod)
+$(HELM): hack/tools/helm/go.mod
+	@cd hack/tools/helm && $(PROGRESS) "Building Helm $(HELM_VERSION) from source into bin/ (first run only, ~2 min)" -- \
+		env CGO_ENABLED=0 go build -trimpath -ldflags "-X helm.sh/helm/v4/internal/version.version=$(HELM_VERSION)" -o $@ helm.sh/helm/v4/cmd/helm
+
+.PHONY: helm-package
+helm-package: $(HELM) ## Write the chart's archive to out/charts/, ready for helm push to an OCI registry.
+	@mkdir -p $(CHART_DIR)
+	$(HELM) package $(CHART) --version $(VERSION:v%=%) --app-version $(VERSION) -d $(CHART_DIR)
+
 # MetalLB's controller and its CRDs, for the end-to-end tests and the quickstart: the
 # controller alone (no speaker: nothing needs announcing on loopback).
 $(METALLB): hack/tools/metallb/go.mod
@@ -282,7 +301,7 @@ $(KUBE_CONTROLLER_MANAGER): hack/tools/kube/$(KUBE_VERSION)/go.mod
 		env CGO_ENABLED=0 go build -ldflags "$(KUBE_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/kube-controller-manager
 
 .PHONY: tools
-tools: $(CONTROLLER_GEN) $(GOLANGCI_LINT) $(KUSTOMIZE) $(CLUSTERCTL) test-assets ## Build every tool into bin/.
+tools: $(CONTROLLER_GEN) $(GOLANGCI_LINT) $(KUSTOMIZE) $(CLUSTERCTL) $(HELM) test-assets ## Build every tool into bin/.
 
 .PHONY: clean
 clean: ## Remove build output (keeps the cached tools in bin/).

@@ -32,6 +32,8 @@ const (
 	ProviderName = "ipam-vitistack"
 	// DeploymentName is the manager's Deployment as clusterctl installs it.
 	DeploymentName = "capi-ipam-vitistack-controller-manager"
+	// WebhookServiceName is the Service the installed webhook configurations name.
+	WebhookServiceName = "capi-ipam-vitistack-webhook-service"
 )
 
 // removeForeignWebhooks deletes every webhook configuration that is not this provider's.
@@ -118,8 +120,7 @@ func (c *ControlPlane) RouteWebhooksTo(ctx context.Context, m *Manager) error {
 }
 
 func (c *ControlPlane) routeWebhooks(ctx context.Context, port int) error {
-	ours := client.MatchingLabels{ProviderLabel: ProviderName}
-	route := func(cc *admissionv1.WebhookClientConfig) {
+	return c.eachWebhook(ctx, "routing %s to 127.0.0.1", func(cc *admissionv1.WebhookClientConfig) {
 		path := ""
 		switch {
 		case cc.Service != nil && cc.Service.Path != nil:
@@ -132,7 +133,31 @@ func (c *ControlPlane) routeWebhooks(ctx context.Context, port int) error {
 		cc.Service = nil
 		cc.URL = ptr.To(fmt.Sprintf("https://%s%s", hostPort(port), path))
 		cc.CABundle = c.caBundle
-	}
+	})
+}
+
+// UnrouteWebhooks points the webhook configurations back at the webhook Service, as
+// they are installed, before Helm writes them again (an upgrade or a rollback applies
+// them server-side, and a configuration with both a URL and a Service is invalid).
+// Starting a manager routes them again.
+func (c *ControlPlane) UnrouteWebhooks(ctx context.Context) error {
+	return c.eachWebhook(ctx, "pointing %s at its Service again", func(cc *admissionv1.WebhookClientConfig) {
+		if cc.URL == nil {
+			return
+		}
+		path := ""
+		if u, err := url.Parse(*cc.URL); err == nil {
+			path = u.Path
+		}
+		cc.URL = nil
+		cc.Service = &admissionv1.ServiceReference{Namespace: manager.ProviderNamespace, Name: WebhookServiceName, Path: &path}
+	})
+}
+
+// eachWebhook changes the client config of every webhook of the provider's
+// configurations with change, and updates them (what says what failed).
+func (c *ControlPlane) eachWebhook(ctx context.Context, what string, change func(*admissionv1.WebhookClientConfig)) error {
+	ours := client.MatchingLabels{ProviderLabel: ProviderName}
 	// Validating and mutating configurations alike: every webhook's client config.
 	vwcs, mwcs := &admissionv1.ValidatingWebhookConfigurationList{}, &admissionv1.MutatingWebhookConfigurationList{}
 	var objs []client.Object
@@ -143,13 +168,13 @@ func (c *ControlPlane) routeWebhooks(ctx context.Context, port int) error {
 	}
 	for i := range vwcs.Items {
 		for j := range vwcs.Items[i].Webhooks {
-			route(&vwcs.Items[i].Webhooks[j].ClientConfig)
+			change(&vwcs.Items[i].Webhooks[j].ClientConfig)
 		}
 		objs = append(objs, &vwcs.Items[i])
 	}
 	for i := range mwcs.Items {
 		for j := range mwcs.Items[i].Webhooks {
-			route(&mwcs.Items[i].Webhooks[j].ClientConfig)
+			change(&mwcs.Items[i].Webhooks[j].ClientConfig)
 		}
 		objs = append(objs, &mwcs.Items[i])
 	}
@@ -158,7 +183,7 @@ func (c *ControlPlane) routeWebhooks(ctx context.Context, port int) error {
 	}
 	for _, o := range objs {
 		if err := c.Client.Update(ctx, o); err != nil {
-			return errors.Wrapf(err, "routing %s to 127.0.0.1", o.GetName())
+			return errors.Wrapf(err, what, o.GetName())
 		}
 	}
 	return nil

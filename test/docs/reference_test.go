@@ -375,7 +375,7 @@ func TestReadmeIsAFrontDoor(t *testing.T) {
 			}
 		}
 	}
-	want := []string{"Compatibility", "Quickstart", "Install with clusterctl", "A pool, a claim, an address",
+	want := []string{"Compatibility", "Quickstart", "Install with clusterctl", "Install with Helm", "A pool, a claim, an address",
 		"A LoadBalancer Service", "Control-plane endpoints from a pool", "Where to read next", "Tests", "Licence"}
 	if !slices.Equal(sections, want) {
 		t.Errorf("README.md's sections are %q, want %q", sections, want)

@@ -154,6 +154,21 @@ func TestWorkloadFlavourTakesOverFromTheIPAMOperator(t *testing.T) {
 	g.Expect(rbacRefusal.FindString(mgr.Logs())).To(BeEmpty(), "the manager was refused a request by RBAC; see %s", mgr.LogFile)
 }
 
+// installCertManagerCRDs installs cert-manager's CRDs (the provider's Certificate and
+// Issuer need them; cert-manager itself never runs here: the managers serve with the
+// control plane's own certificate).
+func installCertManagerCRDs(t *testing.T, w *localcluster.ControlPlane) {
+	t.Helper()
+	g := newG(t)
+	certManager, err := filepath.Glob(filepath.Join(paths.Repository, "cert-manager", "*", "cert-manager.yaml"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(certManager).To(HaveLen(1))
+	crds, err := os.ReadFile(certManager[0])
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = w.Apply(context.Background(), string(crds))
+	g.Expect(err).NotTo(HaveOccurred())
+}
+
 // installWorkloadFlavour installs the Services flavour (release asset
 // ipam-components-workload.yaml) on w as docs/services.md says: cert-manager's CRDs (its
 // Certificate and Issuer are in the flavour), then the flavour rendered with its
@@ -163,13 +178,7 @@ func installWorkloadFlavour(t *testing.T, w *localcluster.ControlPlane) {
 	t.Helper()
 	g := newG(t)
 	ctx := context.Background()
-	certManager, err := filepath.Glob(filepath.Join(paths.Repository, "cert-manager", "*", "cert-manager.yaml"))
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(certManager).To(HaveLen(1))
-	crds, err := os.ReadFile(certManager[0])
-	g.Expect(err).NotTo(HaveOccurred())
-	_, err = w.Apply(ctx, string(crds))
-	g.Expect(err).NotTo(HaveOccurred())
+	installCertManagerCRDs(t, w)
 	flavour, err := w.GenerateYAML(ctx, map[string]string{"VITISTACK_IPAM_API_URL": ipamAPI.URL, "VITISTACK_LOG_LEVEL": "2"},
 		filepath.Join(paths.Repository, "ipam-vitistack", paths.Version, "ipam-components-workload.yaml"))
 	g.Expect(err).NotTo(HaveOccurred())
