@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -8,7 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/pkg/errors"
+	pkgerrors "github.com/pkg/errors"
 	"sigs.k8s.io/yaml"
 )
 
@@ -33,8 +34,16 @@ var flavours = []struct {
 
 func main() {
 	fs := flag.NewFlagSet("chart", flag.ContinueOnError)
-	kustomize := fs.String("kustomize", "bin/kustomize", "the kustomize binary")
+	fs.Usage = func() {
+		_, _ = fmt.Fprintf(fs.Output(), "Usage: go run ./hack/chart [flags] (from the repository root)\n"+
+			"Writes the Helm chart's templates under %s from config/.\n", chartDir)
+		fs.PrintDefaults()
+	}
+	kustomize := fs.String("kustomize", "bin/kustomize", "The kustomize binary.")
 	if err := fs.Parse(os.Args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return
+		}
 		os.Exit(2)
 	}
 	if err := run(*kustomize); err != nil {
@@ -49,7 +58,7 @@ func run(kustomize string) error {
 		for _, dir := range f.dirs {
 			out, err := exec.Command(kustomize, "build", dir).Output()
 			if err != nil {
-				return errors.Wrapf(err, "kustomize build %s", dir)
+				return pkgerrors.Wrapf(err, "kustomize build %s", dir)
 			}
 			docs = append(docs, split(string(out))...)
 		}
