@@ -172,7 +172,7 @@ UNIT_PACKAGES = $$(go list -test -f '{{if .ForTest}}{{.ForTest}} {{join .Deps " 
 	END {for (p in all) if (!cp[p]) print p}' | sort -u | grep -v /test/e2e)
 
 .PHONY: test
-test: verify-gen verify-tidy verify-imports vet lint test-assets e2e-assets $(PROMTOOL) $(PROMETHEUS) $(HELM) ## Everything on Kubernetes KUBE_VERSION (default the newest): generated files, go.mod tidy, vet, lint, then all tests (unit, envtest, e2e).
+test: verify-gen verify-tidy verify-imports vet lint test-assets e2e-assets release $(PROMTOOL) $(PROMETHEUS) $(HELM) ## Everything on Kubernetes KUBE_VERSION (default the newest): generated files, go.mod tidy, vet, lint, then all tests (unit, envtest, e2e).
 	@echo "Testing on Kubernetes $(KUBE_VERSION) (etcd $(ETCD_VERSION))"
 	@$(PROGRESS) "Running the unit, envtest and other suites with -race (~5 min; a line per package as it ends)" -- \
 		go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) $(GO_PACKAGES_BUT_E2E)
@@ -191,11 +191,11 @@ ci: ## What CI runs (.ci/run): make test on the newest Kubernetes, then make tes
 	$(MAKE) test-kube KUBE_VERSION=$(KUBE_VERSION_OLDEST)
 
 .PHONY: test-unit
-test-unit: $(PROMTOOL) $(HELM) release-manifests ## Only the fast tier: tests that start no control plane (seconds; builds promtool and Helm once).
+test-unit: $(PROMTOOL) $(HELM) release ## Only the fast tier: tests that start no control plane (seconds; builds promtool and Helm once).
 	go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) $(UNIT_PACKAGES)
 
 .PHONY: test-go
-test-go: test-assets e2e-assets $(PROMTOOL) $(PROMETHEUS) $(HELM) ## All Go tests, without the generation and lint checks of make test.
+test-go: test-assets e2e-assets release $(PROMTOOL) $(PROMETHEUS) $(HELM) ## All Go tests, without the generation and lint checks of make test.
 	go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) $(GO_PACKAGES_BUT_E2E)
 	go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) ./test/e2e/
 
@@ -272,6 +272,19 @@ $(HELM): hack/tools/helm/go.mod
 helm-package: $(HELM) ## Write the chart's archive to out/charts/, ready for helm push to an OCI registry.
 	@mkdir -p $(CHART_DIR)
 	$(HELM) package $(CHART) --version $(VERSION:v%=%) --app-version $(VERSION) -d $(CHART_DIR)
+
+# Everything a release of VERSION carries, in one folder: what clusterctl reads (the
+# components, metadata.yaml), the Services flavour, the templates, the chart's archive,
+# and their SHA-256 sums. test/release checks it is complete and its versions agree.
+RELEASE_ASSETS := $(ROOT)/out/release/$(VERSION)
+export E2E_RELEASE_ASSETS := $(RELEASE_ASSETS)
+
+.PHONY: release
+release: release-manifests helm-package ## Write out/release/VERSION/: the components, metadata.yaml, templates, the chart archive and SHA256SUMS.
+	@rm -rf $(RELEASE_ASSETS) && mkdir -p $(RELEASE_ASSETS)
+	cp $(RELEASE_DIR)/ipam-components.yaml $(RELEASE_DIR)/ipam-components-workload.yaml $(RELEASE_DIR)/metadata.yaml templates/*.yaml \
+		$(CHART_DIR)/cluster-api-ipam-provider-vitistack-$(VERSION:v%=%).tgz $(RELEASE_ASSETS)/
+	cd $(RELEASE_ASSETS) && sha256sum $$(ls | grep -v '^SHA256SUMS$$') >SHA256SUMS
 
 # MetalLB's controller and its CRDs, for the end-to-end tests and the quickstart: the
 # controller alone (no speaker: nothing needs announcing on loopback).
