@@ -176,6 +176,9 @@ func deployment(doc string) string {
 				"        {{- if ne (include \"vitistack.excludedNamespaces\" .) \"kube-system,kube-public,kube-node-lease," + providerNamespace + "\" }}\n" +
 				"        - {{ printf \"--excluded-namespaces=%s\" (include \"vitistack.excludedNamespaces\" .) | quote }}\n        {{- end }}\n"},
 		{"        - --v=${VITISTACK_LOG_LEVEL:=0}\n", "        - --v={{ .Values.logLevel }}\n"},
+		// make release-manifests sets the release's image (IMG); the chart's comes from the values.
+		{"        image: controller:latest\n",
+			"        image: \"{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}\"\n"},
 		{"        imagePullPolicy: IfNotPresent\n", "        imagePullPolicy: {{ .Values.image.pullPolicy }}\n"},
 		{"        resources:\n          limits:\n            memory: 256Mi\n          requests:\n            cpu: 10m\n            memory: 64Mi\n",
 			"        resources:\n{{ toYaml .Values.resources | indent 10 }}\n"},
@@ -184,15 +187,7 @@ func deployment(doc string) string {
 	} {
 		doc = replace(doc, r.old, r.new)
 	}
-	// The release manifests' image is set by make release-manifests (IMG); the chart's
-	// comes from the values.
-	lines := strings.Split(doc, "\n")
-	for i, l := range lines {
-		if strings.HasPrefix(l, "        image: ") {
-			lines[i] = "        image: \"{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}\""
-		}
-	}
-	return strings.Join(lines, "\n")
+	return doc
 }
 
 // webhookConfiguration takes the CA from cert-manager's CA injector, or from the values,

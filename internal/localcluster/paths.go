@@ -20,8 +20,8 @@ type Paths struct {
 	Version, Image string
 	// MetalLB is MetalLB's controller binary, MetalLBCRDs the directory of its CRDs.
 	MetalLB, MetalLBCRDs string
-	// Prometheus is the Prometheus server's binary.
-	Prometheus string
+	// Prometheus is the Prometheus server's binary, Helm Helm's.
+	Prometheus, Helm string
 }
 
 // PathsFromEnv reads the paths `make e2e-assets` exports. ok is false when
@@ -39,6 +39,7 @@ func PathsFromEnv() (p Paths, ok bool) {
 		MetalLB:     os.Getenv("E2E_METALLB"),
 		MetalLBCRDs: os.Getenv("E2E_METALLB_CRDS"),
 		Prometheus:  os.Getenv("E2E_PROMETHEUS"),
+		Helm:        os.Getenv("E2E_HELM"),
 	}
 	return p, p.Repository != ""
 }

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -102,43 +102,37 @@ func (*state) Collect(ch chan<- prometheus.Metric) {
 }
 
 func collectPools(ctx context.Context, r client.Reader, ch chan<- prometheus.Metric) {
-	var pools []ipamv1alpha1.Pool
 	local := &ipamv1alpha1.VitistackIPPoolList{}
 	global := &ipamv1alpha1.GlobalVitistackIPPoolList{}
 	if r.List(ctx, local, client.UnsafeDisableDeepCopy) != nil || r.List(ctx, global, client.UnsafeDisableDeepCopy) != nil {
 		return
 	}
 	for i := range local.Items {
-		pools = append(pools, &local.Items[i])
+		collectPool(ch, ipamv1alpha1.VitistackIPPoolKind, &local.Items[i])
 	}
 	for i := range global.Items {
-		pools = append(pools, &global.Items[i])
+		collectPool(ch, ipamv1alpha1.GlobalVitistackIPPoolKind, &global.Items[i])
 	}
-	for _, p := range pools {
-		kind := ipamv1alpha1.VitistackIPPoolKind
-		if p.GetNamespace() == "" {
-			kind = ipamv1alpha1.GlobalVitistackIPPoolKind
-		}
-		labels := []string{kind, p.GetNamespace(), p.GetName()}
-		spec, st := p.PoolSpec(), p.PoolStatus()
-		mode := "routed"
-		if spec.Subnet != "" {
-			mode = "subnet"
-		}
-		ch <- prometheus.MustNewConstMetric(poolInfo, prometheus.GaugeValue, 1, append(labels, spec.Zone, string(spec.IPFamily), mode)...)
-		ready := 0.0
-		for _, c := range p.GetConditions() {
-			if c.Type == ipamv1alpha1.PoolReadyCondition && c.Status == metav1.ConditionTrue {
-				ready = 1
-			}
-		}
-		ch <- prometheus.MustNewConstMetric(poolReady, prometheus.GaugeValue, ready, labels...)
-		if st.AddressesInUse != nil {
-			ch <- prometheus.MustNewConstMetric(poolInUse, prometheus.GaugeValue, float64(*st.AddressesInUse), labels...)
-		}
-		if spec.Subnet != "" && st.SubnetSize != nil {
-			ch <- prometheus.MustNewConstMetric(poolSize, prometheus.GaugeValue, float64(*st.SubnetSize), labels...)
-		}
+}
+
+func collectPool(ch chan<- prometheus.Metric, kind string, p ipamv1alpha1.Pool) {
+	labels := []string{kind, p.GetNamespace(), p.GetName()}
+	spec, st := p.PoolSpec(), p.PoolStatus()
+	mode := "routed"
+	if spec.Subnet != "" {
+		mode = "subnet"
+	}
+	ch <- prometheus.MustNewConstMetric(poolInfo, prometheus.GaugeValue, 1, append(labels, spec.Zone, string(spec.IPFamily), mode)...)
+	ready := 0.0
+	if meta.IsStatusConditionTrue(st.Conditions, ipamv1alpha1.PoolReadyCondition) {
+		ready = 1
+	}
+	ch <- prometheus.MustNewConstMetric(poolReady, prometheus.GaugeValue, ready, labels...)
+	if st.AddressesInUse != nil {
+		ch <- prometheus.MustNewConstMetric(poolInUse, prometheus.GaugeValue, float64(*st.AddressesInUse), labels...)
+	}
+	if spec.Subnet != "" && st.SubnetSize != nil {
+		ch <- prometheus.MustNewConstMetric(poolSize, prometheus.GaugeValue, float64(*st.SubnetSize), labels...)
 	}
 }
 
@@ -180,10 +174,8 @@ func collectClaims(ctx context.Context, r client.Reader, now time.Time, ch chan<
 				oldest[pool] = c.CreationTimestamp.Time
 			}
 		}
-		for _, cond := range c.Status.Conditions {
-			if cond.Type == ipamv1.IPAddressClaimReadyCondition {
-				k.reason = cond.Reason
-			}
+		if cond := meta.FindStatusCondition(c.Status.Conditions, ipamv1.IPAddressClaimReadyCondition); cond != nil {
+			k.reason = cond.Reason
 		}
 		counts[k]++
 	}

@@ -529,4 +529,12 @@ func TestObservedRequests(t *testing.T) {
 	g.Expect(<-done).NotTo(HaveOccurred())
 	inFlight, _ = c.Pending()
 	g.Expect(inFlight).To(BeZero())
+	// A holder named "address" that asks for an address is one registration in flight,
+	// like any other.
+	go func() {
+		_, err := c.Register(ctx, req("address", "inet", ipamapi.FamilyIPv4, "83.118.168.77/32"))
+		done <- err
+	}()
+	g.Eventually(func() int { n, _ := c.Pending(); return n }).Should(Equal(1))
+	g.Expect(<-done).NotTo(HaveOccurred())
 }

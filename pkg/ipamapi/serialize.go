@@ -24,6 +24,12 @@ type Serialized struct {
 	busy map[string]time.Time // key -> blocked until (zero: in flight)
 }
 
+// The kinds of keys of Serialized.busy: a holder's identity, or an address asked for.
+const (
+	identityKey = "identity"
+	addressKey  = "address"
+)
+
 // NewSerialized wraps inner, the client for endpoint. Keys blocked by a registration
 // whose outcome is unknown stay blocked for quarantine.
 func NewSerialized(inner Client, endpoint string, quarantine time.Duration) *Serialized {
@@ -35,11 +41,11 @@ func NewSerialized(inner Client, endpoint string, quarantine time.Duration) *Ser
 // another for the same address (any identity) is in flight: two simultaneous claims of
 // one free address could both be granted.
 func (s *Serialized) Register(ctx context.Context, req Request) (*Response, error) {
-	keys := []string{strings.Join([]string{s.endpoint, req.Zone, string(req.Family),
+	keys := []string{strings.Join([]string{identityKey, s.endpoint, req.Zone, string(req.Family),
 		req.Identity.ServiceName, req.Identity.NamespaceID, req.Identity.ClusterID}, "\x00")}
 	if req.Address != "" {
 		if addr, err := CanonicalCIDR(req.Address); err == nil {
-			keys = append(keys, s.endpoint+"\x00"+req.Zone+"\x00address\x00"+addr)
+			keys = append(keys, strings.Join([]string{addressKey, s.endpoint, req.Zone, addr}, "\x00"))
 		}
 	}
 	s.mu.Lock()
@@ -81,7 +87,7 @@ func (s *Serialized) Pending() (inFlight, quarantined int) {
 	defer s.mu.Unlock()
 	now := s.now()
 	for key, until := range s.busy {
-		if strings.Contains(key, "\x00address\x00") {
+		if !strings.HasPrefix(key, identityKey+"\x00") {
 			continue // the address of a registration counted by its identity
 		}
 		switch {

@@ -6,11 +6,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -29,12 +30,11 @@ import (
 // helmRun runs the pinned Helm (E2E_HELM) against w.
 func helmRun(t *testing.T, w *localcluster.ControlPlane, args ...string) string {
 	t.Helper()
-	bin := os.Getenv("E2E_HELM")
-	if bin == "" {
+	if paths.Helm == "" {
 		t.Fatal("E2E_HELM is not set: run through 'make test' or 'make test-e2e', which build bin/helm")
 	}
 	home := t.TempDir()
-	cmd := exec.Command(bin, append(args, "--kubeconfig", w.Kubeconfig)...)
+	cmd := exec.Command(paths.Helm, append(args, "--kubeconfig", w.Kubeconfig)...)
 	cmd.Env = []string{"HOME=" + home, "XDG_CONFIG_HOME=" + home, "XDG_CACHE_HOME=" + home, "XDG_DATA_HOME=" + home, "PATH=" + os.Getenv("PATH")}
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -119,9 +119,9 @@ func TestHelmChartInstallUpgradeRollbackUninstall(t *testing.T) {
 	// The upgraded manager reconciles both claims (the Service's and the other) and
 	// sends nothing for them.
 	g.Eventually(func() float64 {
-		return metricSum(t, mgr, "controller_runtime_reconcile_total", `controller="ipaddressclaim"`, `result="success"`)
+		return metricSum(t, mgr, "controller_runtime_reconcile_total", map[string]string{"controller": "ipaddressclaim", "result": "success"})
 	}).Should(BeNumerically(">=", 2))
-	g.Expect(metricSum(t, mgr, "vitistack_ipam_api_requests_total", `operation="register"`)).To(BeZero(),
+	g.Expect(metricSum(t, mgr, "vitistack_ipam_api_requests_total", map[string]string{"operation": "register"})).To(BeZero(),
 		"the upgraded manager registered bound claims again")
 	g.Expect(helmRun(t, w, "history", "ipam", "--namespace", ns)).To(ContainSubstring("Upgrade complete"))
 	g.Expect(w.UnrouteWebhooks(ctx)).To(Succeed())
@@ -136,9 +136,9 @@ func TestHelmChartInstallUpgradeRollbackUninstall(t *testing.T) {
 	claim2 := newClaim(t, w, apps, "vip-2", ipamv1alpha1.GlobalVitistackIPPoolKind, "hnet-private-ipv4", nil)
 	boundAddress(t, w, claim2)
 	g.Eventually(func() float64 {
-		return metricSum(t, mgr, "controller_runtime_reconcile_total", `controller="ipaddressclaim"`, `result="success"`)
+		return metricSum(t, mgr, "controller_runtime_reconcile_total", map[string]string{"controller": "ipaddressclaim", "result": "success"})
 	}).Should(BeNumerically(">=", 3))
-	g.Expect(metricSum(t, mgr, "vitistack_ipam_api_requests_total", `operation="register"`)).To(Equal(1.0),
+	g.Expect(metricSum(t, mgr, "vitistack_ipam_api_requests_total", map[string]string{"operation": "register"})).To(Equal(1.0),
 		"registrations sent again after the upgrade or the rollback")
 	for _, a := range []string{svcAddress, claimAddress} {
 		g.Expect(activeHolders(t, a)).To(HaveLen(1), "%s is still registered, once", a)
@@ -186,25 +186,35 @@ func TestHelmChartInstallUpgradeRollbackUninstall(t *testing.T) {
 	g.Expect(w.Client.Get(ctx, client.ObjectKey{Name: "ipam-system"}, &corev1.Namespace{})).To(Succeed(), "the default secret's namespace is kept")
 }
 
-// metricSum sums the samples of a metric the manager m exports whose labels contain
-// every one of labels.
-func metricSum(t *testing.T, m *localcluster.Manager, name string, labels ...string) float64 {
+// metricSum sums the samples of a counter the manager m exports whose labels have every
+// value of labels.
+func metricSum(t *testing.T, m *localcluster.Manager, name string, labels map[string]string) float64 {
 	t.Helper()
+	g := newG(t)
 	text, err := localcluster.Get(context.Background(), m.MetricsURL)
-	newG(t).Expect(err).NotTo(HaveOccurred())
+	g.Expect(err).NotTo(HaveOccurred())
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(text))
+	g.Expect(err).NotTo(HaveOccurred())
 	sum := 0.0
-	for _, line := range strings.Split(text, "\n") {
-		if !strings.HasPrefix(line, name+"{") {
-			continue
+	for _, sample := range families[name].GetMetric() {
+		have := map[string]string{}
+		for _, l := range sample.GetLabel() {
+			have[l.GetName()] = l.GetValue()
 		}
-		ls, value, ok := strings.Cut(line[len(name):], "} ")
-		matches := ok
-		for _, l := range labels {
-			matches = matches && strings.Contains(ls, l)
-		}
-		if v, err := strconv.ParseFloat(value, 64); matches && err == nil {
-			sum += v
+		if matches(have, labels) {
+			sum += sample.GetCounter().GetValue()
 		}
 	}
 	return sum
+}
+
+// matches reports whether have has every label of want, with its value.
+func matches(have, want map[string]string) bool {
+	for k, v := range want {
+		if have[k] != v {
+			return false
+		}
+	}
+	return true
 }
