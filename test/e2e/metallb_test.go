@@ -196,10 +196,11 @@ func TestMetalLBAnnouncesWhatTheIPAMAPIRegistered(t *testing.T) {
 	// A MetalLB pool with autoAssign on, by mistake, and a new Service whose claim
 	// cannot bind yet (the IPAM-API answers 503): MetalLB announces an address it picked
 	// itself, and the provider says so on the Service, naming MetalLB's pool. Once the
-	// claim binds, MetalLB moves to the registered address.
+	// claim binds, MetalLB moves to the registered address. (One pool only: MetalLB
+	// knows nothing of zones, and picks from any pool that assigns by itself.)
 	pools := localcluster.StandInPools()
 	for i := range pools {
-		pools[i].AutoAssign = true
+		pools[i].AutoAssign = pools[i].Name == "hnet-private"
 	}
 	g.Expect(w.SetMetalLBPools(ctx, pools)).To(Succeed())
 	g.Expect(ipamAPI.SetFaults(ctx, sim.Faults{ErrorRate: 1, ErrorStatus: 503, ErrorBody: `{"message":"service unavailable"}`,
