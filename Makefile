@@ -57,6 +57,14 @@ RELEASE_DIR := $(ROOT)/out/ipam-vitistack/$(VERSION)
 LOCAL_REPOSITORY := $(ROOT)/out/repository
 MANAGER := $(BIN)/manager
 IPAM_API_SIM := $(BIN)/ipam-api-sim
+# The previous release, built from its commit in this repository's history for the
+# upgrade tests: v0.1.0 is ea4d9bc (2026-11-22), the last commit on Cluster API v1.11
+# before VERSION and metadata.yaml moved to v0.2 (CHANGELOG.md). Its manager, its
+# release manifests and metadata.yaml land in bin/previous/<version>/ (cached).
+PREVIOUS_VERSION := v0.1.0
+PREVIOUS_COMMIT := ea4d9bc94e444e77d87936656f26849e0edc364f
+PREVIOUS_RELEASE := $(BIN)/previous/$(PREVIOUS_VERSION)
+PREVIOUS_MANAGER := $(PREVIOUS_RELEASE)/manager
 # What test/e2e and hack/quickstart run; exported so that `go test ./test/e2e` finds them.
 export E2E_REPOSITORY := $(LOCAL_REPOSITORY)
 export E2E_CLUSTERCTL := $(CLUSTERCTL)
@@ -69,6 +77,7 @@ export E2E_METALLB := $(METALLB)
 export E2E_METALLB_CRDS := $(METALLB_CRDS)
 export E2E_PROMETHEUS := $(PROMETHEUS)
 export E2E_HELM := $(HELM)
+export E2E_PREVIOUS_RELEASE := $(PREVIOUS_RELEASE)
 export E2E_RELEASE_DIR := $(RELEASE_DIR)
 export E2E_VERSION := $(VERSION)
 export E2E_IMAGE := $(IMG)
@@ -172,14 +181,14 @@ UNIT_PACKAGES = $$(go list -test -f '{{if .ForTest}}{{.ForTest}} {{join .Deps " 
 	END {for (p in all) if (!cp[p]) print p}' | sort -u | grep -v /test/e2e)
 
 .PHONY: test
-test: verify-gen verify-tidy verify-imports vet lint test-assets e2e-assets release $(PROMTOOL) $(PROMETHEUS) $(HELM) ## Everything on Kubernetes KUBE_VERSION (default the newest): generated files, go.mod tidy, vet, lint, then all tests (unit, envtest, e2e).
+test: verify-gen verify-tidy verify-imports vet lint test-assets e2e-assets release $(PROMTOOL) $(PROMETHEUS) $(HELM) $(PREVIOUS_MANAGER) ## Everything on Kubernetes KUBE_VERSION (default the newest): generated files, go.mod tidy, vet, lint, then all tests (unit, envtest, e2e).
 	@echo "Testing on Kubernetes $(KUBE_VERSION) (etcd $(ETCD_VERSION))"
 	@$(PROGRESS) "Running the unit, envtest and other suites with -race (~5 min; a line per package as it ends)" -- \
 		go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) $(GO_PACKAGES_BUT_E2E)
 	@$(PROGRESS) "Running the end-to-end suite (~4 min)" -- go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) ./test/e2e/
 
 .PHONY: test-kube
-test-kube: test-assets e2e-assets $(PROMETHEUS) ## Only the suites that run a control plane (envtest, templates, e2e), on KUBE_VERSION: make test-kube KUBE_VERSION=v1.33.4.
+test-kube: test-assets e2e-assets $(PROMETHEUS) $(HELM) $(PREVIOUS_MANAGER) ## Only the suites that run a control plane (envtest, templates, e2e), on KUBE_VERSION: make test-kube KUBE_VERSION=v1.33.4.
 	@echo "Testing on Kubernetes $(KUBE_VERSION) (etcd $(ETCD_VERSION))"
 	@$(PROGRESS) "Running the suites that start a control plane (~3 min)" -- \
 		go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) $(CONTROL_PLANE_PACKAGES_BUT_E2E)
@@ -195,7 +204,7 @@ test-unit: $(PROMTOOL) $(HELM) release ## Only the fast tier: tests that start n
 	go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) $(UNIT_PACKAGES)
 
 .PHONY: test-go
-test-go: test-assets e2e-assets release $(PROMTOOL) $(PROMETHEUS) $(HELM) ## All Go tests, without the generation and lint checks of make test.
+test-go: test-assets e2e-assets release $(PROMTOOL) $(PROMETHEUS) $(HELM) $(PREVIOUS_MANAGER) ## All Go tests, without the generation and lint checks of make test.
 	go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) $(GO_PACKAGES_BUT_E2E)
 	go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) ./test/e2e/
 
@@ -208,7 +217,7 @@ CHAOS_FUZZTIME ?= 30s
 # The commit the chaos table is measured on ("-dirty" when the work tree has changes).
 CHAOS_COMMIT = $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD 2>/dev/null || echo -dirty)
 .PHONY: test-chaos
-test-chaos: test-assets e2e-assets $(PROMETHEUS) ## Every fuzz target for CHAOS_FUZZTIME, then the chaos scenarios at full size (make test runs them short); their table, with the commit, goes to out/chaos/summary.md, a row for every scenario, failed or not.
+test-chaos: test-assets e2e-assets $(PROMETHEUS) $(HELM) $(PREVIOUS_MANAGER) ## Every fuzz target for CHAOS_FUZZTIME, then the chaos scenarios at full size (make test runs them short); their table, with the commit, goes to out/chaos/summary.md, a row for every scenario, failed or not.
 	@$(PROGRESS) "Fuzzing every parser of outside input for $(CHAOS_FUZZTIME) each" -- $(MAKE) --no-print-directory fuzz FUZZTIME=$(CHAOS_FUZZTIME)
 	@rm -f $(ROOT)/out/chaos/rows.jsonl
 	@export E2E_CHAOS=full CHAOS_ROWS=$(ROOT)/out/chaos/rows.jsonl CHAOS_COMMIT=$(CHAOS_COMMIT); status=0; \
@@ -219,7 +228,7 @@ test-chaos: test-assets e2e-assets $(PROMETHEUS) ## Every fuzz target for CHAOS_
 	exit $$status
 
 .PHONY: test-e2e
-test-e2e: test-assets e2e-assets $(PROMETHEUS) ## Only the end-to-end tests (clusterctl, manager process, control planes); RUN=regexp picks some.
+test-e2e: test-assets e2e-assets $(PROMETHEUS) $(HELM) $(PREVIOUS_MANAGER) ## Only the end-to-end tests (clusterctl, manager process, control planes); RUN=regexp picks some.
 	go test -count=1 -timeout $(TEST_TIMEOUT) -v $(if $(RUN),-run '$(RUN)') ./test/e2e/
 
 .PHONY: test-assets
@@ -264,6 +273,13 @@ promtool: $(PROMTOOL) ## Build promtool into bin/ (cached): it unit-tests the al
 
 # Helm, for the chart: lint and render in make test, package in make helm-package.
 HELM_VERSION = $(shell awk '$$1 == "require" && $$2 == "helm.sh/helm/v4" {print $$3}' hack/tools/helm/go.mod)
+$(PREVIOUS_MANAGER): hack/previous-release.sh | $(KUSTOMIZE)
+	@$(PROGRESS) "Building the previous release $(PREVIOUS_VERSION) from $(PREVIOUS_COMMIT) into bin/previous/ (first run only, ~2 min)" -- \
+		hack/previous-release.sh $(PREVIOUS_COMMIT) $(PREVIOUS_VERSION) $(PREVIOUS_RELEASE) $(KUSTOMIZE)
+
+.PHONY: previous-release
+previous-release: $(PREVIOUS_MANAGER) ## Build the previous release (manager and manifests) from its commit into bin/previous/, for the upgrade tests.
+
 $(HELM): hack/tools/helm/go.mod
 	@cd hack/tools/helm && $(PROGRESS) "Building Helm $(HELM_VERSION) from source into bin/ (first run only, ~2 min)" -- \
 		env CGO_ENABLED=0 go build -trimpath -ldflags "-X helm.sh/helm/v4/internal/version.version=$(HELM_VERSION)" -o $@ helm.sh/helm/v4/cmd/helm

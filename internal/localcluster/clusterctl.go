@@ -63,7 +63,17 @@ func (c *ControlPlane) clusterctl(ctx context.Context, vars map[string]string, s
 // webhooks off: their Deployments never run on a control plane without nodes, their
 // admission webhooks would refuse every Cluster, and nothing would answer a conversion.
 func (c *ControlPlane) Init(ctx context.Context, vars map[string]string) (string, error) {
-	out, err := c.Clusterctl(ctx, vars, "init", "--ipam", "vitistack", "--kubeconfig", c.Kubeconfig)
+	return c.InitVersion(ctx, vars, "")
+}
+
+// InitVersion is Init of the provider's release version ("v0.1.0"; empty: the
+// repository's default, the build under test).
+func (c *ControlPlane) InitVersion(ctx context.Context, vars map[string]string, version string) (string, error) {
+	ipam := "vitistack"
+	if version != "" {
+		ipam += ":" + version
+	}
+	out, err := c.Clusterctl(ctx, vars, "init", "--ipam", ipam, "--kubeconfig", c.Kubeconfig)
 	if err != nil {
 		return out, err
 	}

@@ -40,6 +40,9 @@ type ControlPlane struct {
 	// ClusterctlConfig is the clusterctl.yaml Clusterctl uses: the repository's, unless
 	// set otherwise (to add an images: override, say).
 	ClusterctlConfig string
+	// ManagerBinary is the manager StartManager runs: the build under test
+	// (Paths.Manager), unless set otherwise (an earlier release, for the upgrade tests).
+	ManagerBinary string
 
 	paths       Paths
 	env         *envtest.Environment
@@ -86,7 +89,7 @@ func StartControlPlane(dir, name string, p Paths) (*ControlPlane, error) {
 		return nil, errors.Wrapf(err, "starting etcd and kube-apiserver (see %s)", apiLog.Name())
 	}
 	cp := &ControlPlane{Name: name, Dir: dir, Config: cfg, paths: p, env: env, apiLog: apiLog,
-		Kubeconfig: filepath.Join(dir, "kubeconfig"), ClusterctlConfig: p.ClusterctlConfig()}
+		Kubeconfig: filepath.Join(dir, "kubeconfig"), ClusterctlConfig: p.ClusterctlConfig(), ManagerBinary: p.Manager}
 	if err := clientcmd.WriteToFile(*KubeconfigFor(cfg, name), cp.Kubeconfig); err != nil {
 		cp.Stop()
 		return nil, errors.Wrap(err, "writing the kubeconfig")

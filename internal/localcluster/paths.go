@@ -22,6 +22,9 @@ type Paths struct {
 	MetalLB, MetalLBCRDs string
 	// Prometheus is the Prometheus server's binary, Helm Helm's.
 	Prometheus, Helm string
+	// Previous is the previous release's folder (make previous-release): its manager,
+	// ipam-components.yaml, ipam-components-workload.yaml and metadata.yaml.
+	Previous string
 }
 
 // PathsFromEnv reads the paths `make e2e-assets` exports. ok is false when
@@ -40,6 +43,7 @@ func PathsFromEnv() (p Paths, ok bool) {
 		MetalLBCRDs: os.Getenv("E2E_METALLB_CRDS"),
 		Prometheus:  os.Getenv("E2E_PROMETHEUS"),
 		Helm:        os.Getenv("E2E_HELM"),
+		Previous:    os.Getenv("E2E_PREVIOUS_RELEASE"),
 	}
 	return p, p.Repository != ""
 }

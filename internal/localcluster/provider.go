@@ -249,7 +249,7 @@ func (c *ControlPlane) StartManager(ctx context.Context, also io.Writer, extra .
 	if c.managers > 1 {
 		name = fmt.Sprintf("manager-%d", c.managers)
 	}
-	proc, err := startProcess(c.Dir, name, also, []string{"KUBECONFIG=" + kubeconfig}, c.paths.Manager, args...)
+	proc, err := startProcess(c.Dir, name, also, []string{"KUBECONFIG=" + kubeconfig}, c.ManagerBinary, args...)
 	if err != nil {
 		return nil, err
 	}
