@@ -150,8 +150,8 @@ func TestClusterctlUpgradeFromThePreviousRelease(t *testing.T) {
 	// variables as init; the old manager stops (clusterctl deletes its Deployment) and
 	// the new one starts from the new Deployment.
 	old.Stop()
-	mgr := switchRelease(t, w, vars, paths.Version, paths.Manager)
-	keptAsTheyWere(t, w, mgr, claims)
+	mgr, before := switchRelease(t, w, vars, paths.Version, paths.Manager)
+	keptAsTheyWere(t, w, mgr, before, claims)
 	g.Eventually(func(g Gomega) {
 		for _, s := range []client.ObjectKey{{Namespace: ns, Name: "owner"}, {Namespace: ns, Name: "owner-2"}} {
 			secret := &corev1.Secret{}
@@ -182,8 +182,8 @@ func TestClusterctlUpgradeFromThePreviousRelease(t *testing.T) {
 	// the claims over (those it bound and the one made since) without a request, and
 	// releases them when they are deleted.
 	mgr.Stop()
-	mgr = switchRelease(t, w, vars, previous, filepath.Join(previousDir, "manager"))
-	keptAsTheyWere(t, w, mgr, claims)
+	mgr, before = switchRelease(t, w, vars, previous, filepath.Join(previousDir, "manager"))
+	keptAsTheyWere(t, w, mgr, before, claims)
 	deleteReleased(t, w, claims, "routed-1", "subnet-1", "global-0", "made-by-new")
 	g.Expect(rbacRefusal.FindString(mgr.Logs())).To(BeEmpty(), "the downgraded manager was refused a request by RBAC; see %s", mgr.LogFile)
 	// The previous release knows nothing of value fingerprints: it takes its finalizer
@@ -203,18 +203,21 @@ func TestClusterctlUpgradeFromThePreviousRelease(t *testing.T) {
 
 // switchRelease runs `clusterctl upgrade apply` to version (later or earlier) with
 // vars and starts the manager binary from the new Deployment; the manager running
-// before must be stopped first.
-func switchRelease(t *testing.T, w *localcluster.ControlPlane, vars map[string]string, version, binary string) *localcluster.Manager {
+// before must be stopped first. It returns the new manager and the stand-in's request
+// counts from before the switch.
+func switchRelease(t *testing.T, w *localcluster.ControlPlane, vars map[string]string, version, binary string) (*localcluster.Manager, sim.Stats) {
 	t.Helper()
 	g := newG(t)
 	ctx := context.Background()
+	before, err := ipamAPI.Stats(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
 	out, err := w.Clusterctl(ctx, vars, "upgrade", "apply", "--ipam", manager.ProviderNamespace+"/vitistack:"+version, "--kubeconfig", w.Kubeconfig)
 	g.Expect(err).NotTo(HaveOccurred())
 	t.Logf("clusterctl upgrade apply to %s:\n%s", version, out)
 	dep := &appsv1.Deployment{}
 	g.Expect(w.Client.Get(ctx, client.ObjectKey{Namespace: manager.ProviderNamespace, Name: localcluster.DeploymentName}, dep)).To(Succeed())
 	g.Expect(dep.Spec.Template.Spec.Containers[0].Image).To(HaveSuffix(":"+version), "the Deployment runs %s", version)
-	return startManagerOf(t, w, binary)
+	return startManagerOf(t, w, binary), before
 }
 
 // startManagerOf runs the manager binary on w as the installed Deployment runs it
@@ -230,13 +233,12 @@ func startManagerOf(t *testing.T, w *localcluster.ControlPlane, binary string) *
 
 // keptAsTheyWere waits for mgr to reconcile every claim, then checks that each keeps
 // its IPAddress (the same object) and its address, says Ready, and that the IPAM-API
-// holds it exactly as before: nothing registered, released or rotated.
-func keptAsTheyWere(t *testing.T, w *localcluster.ControlPlane, mgr *localcluster.Manager, claims map[string]*upgradeClaim) {
+// holds it exactly as before: nothing registered, released or rotated since the
+// stand-in counted before.
+func keptAsTheyWere(t *testing.T, w *localcluster.ControlPlane, mgr *localcluster.Manager, before sim.Stats, claims map[string]*upgradeClaim) {
 	t.Helper()
 	g := newG(t)
 	ctx := context.Background()
-	before, err := ipamAPI.Stats(ctx)
-	g.Expect(err).NotTo(HaveOccurred())
 	g.Eventually(func() float64 {
 		return metricSum(t, mgr, "controller_runtime_reconcile_total", map[string]string{"controller": "ipaddressclaim", "result": "success"})
 	}).Should(BeNumerically(">=", len(claims)))
@@ -375,12 +377,14 @@ func TestChartUpgradesThePreviousReleasesServicesFlavour(t *testing.T) {
 	// The chart takes the release over. (The local rig routes the webhooks to the
 	// manager process; Helm writes them as the chart has them.)
 	old.Stop()
+	before, err := ipamAPI.Stats(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(w.UnrouteWebhooks(ctx)).To(Succeed())
 	chart := filepath.Join("..", "..", "charts", "cluster-api-ipam-provider-vitistack")
 	helmRun(t, w, "upgrade", "ipam", chart, "--install", "--take-ownership", "--force-conflicts", "--namespace", manager.ProviderNamespace,
 		"--set", "ipamAPI.url="+ipamAPI.URL, "--set", "logLevel=2")
 	mgr := startManagerOf(t, w, paths.Manager)
-	keptAsTheyWere(t, w, mgr, claims)
+	keptAsTheyWere(t, w, mgr, before, claims)
 	g.Eventually(func() float64 {
 		return metricSum(t, mgr, "controller_runtime_reconcile_total", map[string]string{"controller": "service", "result": "success"})
 	}).Should(BeNumerically(">=", 2), "the new manager looked at both Services")
