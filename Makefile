@@ -273,13 +273,6 @@ promtool: $(PROMTOOL) ## Build promtool into bin/ (cached): it unit-tests the al
 
 # Helm, for the chart: lint and render in make test, package in make helm-package.
 HELM_VERSION = $(shell awk '$$1 == "require" && $$2 == "helm.sh/helm/v4" {print $$3}' hack/tools/helm/go.mod)
-$(PREVIOUS_MANAGER): hack/previous-release.sh | $(KUSTOMIZE)
-	@$(PROGRESS) "Building the previous release $(PREVIOUS_VERSION) from $(PREVIOUS_COMMIT) into bin/previous/ (first run only, ~2 min)" -- \
-		hack/previous-release.sh $(PREVIOUS_COMMIT) $(PREVIOUS_VERSION) $(PREVIOUS_RELEASE) $(KUSTOMIZE)
-
-.PHONY: previous-release
-previous-release: $(PREVIOUS_MANAGER) ## Build the previous release (manager and manifests) from its commit into bin/previous/, for the upgrade tests.
-
 $(HELM): hack/tools/helm/go.mod
 	@cd hack/tools/helm && $(PROGRESS) "Building Helm $(HELM_VERSION) from source into bin/ (first run only, ~2 min)" -- \
 		env CGO_ENABLED=0 go build -trimpath -ldflags "-X helm.sh/helm/v4/internal/version.version=$(HELM_VERSION)" -o $@ helm.sh/helm/v4/cmd/helm
@@ -301,6 +294,14 @@ release: release-manifests helm-package ## Write out/release/VERSION/: the compo
 	cp $(RELEASE_DIR)/ipam-components.yaml $(RELEASE_DIR)/ipam-components-workload.yaml $(RELEASE_DIR)/metadata.yaml templates/*.yaml \
 		$(CHART_DIR)/cluster-api-ipam-provider-vitistack-$(VERSION:v%=%).tgz $(RELEASE_ASSETS)/
 	cd $(RELEASE_ASSETS) && sha256sum $$(ls | grep -v '^SHA256SUMS$$') >SHA256SUMS
+
+# The previous release (PREVIOUS_*), for the upgrade tests in test/e2e.
+$(PREVIOUS_MANAGER): hack/previous-release.sh | $(KUSTOMIZE)
+	@$(PROGRESS) "Building the previous release $(PREVIOUS_VERSION) from $(PREVIOUS_COMMIT) into bin/previous/ (first run only, ~2 min)" -- \
+		hack/previous-release.sh $(PREVIOUS_COMMIT) $(PREVIOUS_VERSION) $(PREVIOUS_RELEASE) $(KUSTOMIZE)
+
+.PHONY: previous-release
+previous-release: $(PREVIOUS_MANAGER) ## Build the previous release (manager and manifests) from its commit into bin/previous/, for the upgrade tests.
 
 # MetalLB's controller and its CRDs, for the end-to-end tests and the quickstart: the
 # controller alone (no speaker: nothing needs announcing on loopback).

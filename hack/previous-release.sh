@@ -28,7 +28,7 @@ git -C "$root" archive "$commit" | tar -x -C "$src"
 mkdir -p "$out"
 # As that release's Makefile and Dockerfile built and packaged it.
 img=ghcr.io/vitistack/cluster-api-ipam-provider-vitistack:$version
-(cd "$src" && CGO_ENABLED=0 GOFLAGS=-buildvcs=false go build -trimpath -o "$out/manager.new" ./cmd/manager)
+(cd "$src" && CGO_ENABLED=0 GOFLAGS=-buildvcs=false go build -trimpath -ldflags "-X main.version=$version" -o "$out/manager.new" ./cmd/manager)
 "$kustomize" build "$src/config/default" | sed "s|image: controller:latest|image: $img|" >"$out/ipam-components.yaml"
 "$kustomize" build "$src/config/workload" | sed "s|image: controller:latest|image: $img|" >"$out/ipam-components-workload.yaml"
 cp "$src/metadata.yaml" "$out/metadata.yaml"

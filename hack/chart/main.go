@@ -11,6 +11,8 @@ import (
 
 	pkgerrors "github.com/pkg/errors"
 	"sigs.k8s.io/yaml"
+
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/manager"
 )
 
 // chartDir is the chart, relative to the repository root.
@@ -18,7 +20,7 @@ const chartDir = "charts/cluster-api-ipam-provider-vitistack"
 
 // The namespace the release manifests install into; in the chart, the release's.
 const (
-	providerNamespace = "capi-ipam-vitistack-system"
+	providerNamespace = manager.ProviderNamespace
 	releaseNamespace  = "{{ .Release.Namespace }}"
 )
 
@@ -173,7 +175,7 @@ func deployment(doc string) string {
 			"        - --max-concurrent-reconciles={{ .Values.maxConcurrentReconciles }}\n"},
 		{"        - --default-zone=${VITISTACK_DEFAULT_ZONE:=hnet-private}\n",
 			"        - --default-zone={{ .Values.defaultZone }}\n" +
-				"        {{- if ne (include \"vitistack.excludedNamespaces\" .) \"kube-system,kube-public,kube-node-lease," + providerNamespace + "\" }}\n" +
+				"        {{- if ne (include \"vitistack.excludedNamespaces\" .) \"" + strings.Join(manager.DefaultExcludedNamespaces(), ",") + "\" }}\n" +
 				"        - {{ printf \"--excluded-namespaces=%s\" (include \"vitistack.excludedNamespaces\" .) | quote }}\n        {{- end }}\n"},
 		{"        - --v=${VITISTACK_LOG_LEVEL:=0}\n", "        - --v={{ .Values.logLevel }}\n"},
 		// make release-manifests sets the release's image (IMG); the chart's comes from the values.

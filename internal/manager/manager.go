@@ -125,10 +125,16 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"Give Services of type LoadBalancer addresses from GlobalVitistackIPPools (the IPAM-operator's successor).")
 	fs.StringVar(&o.LoadBalancerClass, "load-balancer-class", "",
 		"Serve only Services with this spec.loadBalancerClass; empty: Services without a class (like MetalLB's default).")
-	fs.StringSliceVar(&o.ExcludedNamespaces, "excluded-namespaces", []string{"kube-system", "kube-public", "kube-node-lease", ProviderNamespace},
+	fs.StringSliceVar(&o.ExcludedNamespaces, "excluded-namespaces", DefaultExcludedNamespaces(),
 		"Namespaces whose Services are never served.")
 	fs.StringVar(&o.DefaultZone, "default-zone", "hnet-private",
 		"Zone of Services without the ipam.vitistack.io/zone annotation.")
+}
+
+// DefaultExcludedNamespaces are the namespaces whose Services are never served unless
+// --excluded-namespaces says otherwise: Kubernetes' own and the provider's.
+func DefaultExcludedNamespaces() []string {
+	return []string{"kube-system", "kube-public", "kube-node-lease", ProviderNamespace}
 }
 
 // ServiceDefaultSecretNamespace is where the IPAM-operator kept its default secret;

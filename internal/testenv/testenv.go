@@ -115,7 +115,7 @@ func DefaultOptions() manager.Options {
 		EnableWebhooks:          true,
 		EnableServiceController: true,
 		DefaultZone:             "hnet-private",
-		ExcludedNamespaces:      []string{"kube-system", "kube-public", "kube-node-lease", manager.ProviderNamespace},
+		ExcludedNamespaces:      manager.DefaultExcludedNamespaces(),
 	}
 }
 

@@ -53,9 +53,7 @@ func helmRun(t *testing.T, w *localcluster.ControlPlane, args ...string) string 
 func TestHelmChartInstallUpgradeRollbackUninstall(t *testing.T) {
 	g := newG(t)
 	ctx := context.Background()
-	w, err := localcluster.StartControlPlane(workDir, "helm", paths)
-	g.Expect(err).NotTo(HaveOccurred())
-	t.Cleanup(w.Stop)
+	w := newControlPlane(t, "helm")
 	installCertManagerCRDs(t, w)
 	chart := filepath.Join("..", "..", "charts", "cluster-api-ipam-provider-vitistack")
 	const ns = manager.ProviderNamespace

@@ -72,6 +72,15 @@ func newG(t *testing.T) *WithT {
 	return g
 }
 
+// newControlPlane starts a control plane of the test's own, stopped after it.
+func newControlPlane(t *testing.T, name string) *localcluster.ControlPlane {
+	t.Helper()
+	cp, err := localcluster.StartControlPlane(workDir, name, paths)
+	newG(t).Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(cp.Stop)
+	return cp
+}
+
 // newNamespace creates a namespace with a unique name on cp, deleted (with whatever
 // claims are left in it) after the test.
 func newNamespace(t *testing.T, cp *localcluster.ControlPlane, prefix string) string {

@@ -31,9 +31,7 @@ import (
 func TestMetalLBAnnouncesWhatTheIPAMAPIRegistered(t *testing.T) {
 	g := newG(t)
 	ctx := context.Background()
-	w, err := localcluster.StartControlPlane(workDir, "metallb", paths)
-	g.Expect(err).NotTo(HaveOccurred())
-	t.Cleanup(w.Stop)
+	w := newControlPlane(t, "metallb")
 	installWorkloadFlavour(t, w)
 	mgr, err := w.StartManager(ctx, nil)
 	g.Expect(err).NotTo(HaveOccurred())

@@ -34,9 +34,7 @@ func TestClusterctlMove(t *testing.T) {
 	ctx := context.Background()
 
 	// The second management cluster, with an image override in its clusterctl.yaml.
-	b, err := localcluster.StartControlPlane(workDir, "b", paths)
-	g.Expect(err).NotTo(HaveOccurred())
-	t.Cleanup(b.Stop)
+	b := newControlPlane(t, "b")
 	repoConfig, err := os.ReadFile(paths.ClusterctlConfig())
 	g.Expect(err).NotTo(HaveOccurred())
 	b.ClusterctlConfig = filepath.Join(b.Dir, "clusterctl.yaml")

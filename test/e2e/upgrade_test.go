@@ -89,12 +89,9 @@ func TestClusterctlUpgradeFromThePreviousRelease(t *testing.T) {
 	g := newG(t)
 	ctx := context.Background()
 	previous, previousDir := previousRelease(t)
-	w, err := localcluster.StartControlPlane(workDir, "upgrade", paths)
-	g.Expect(err).NotTo(HaveOccurred())
-	t.Cleanup(w.Stop)
+	w := newControlPlane(t, "upgrade")
 	upgradeRepository(t, w)
-	vars := map[string]string{"VITISTACK_IPAM_API_URL": ipamAPI.URL, "VITISTACK_LOG_LEVEL": "2"}
-	_, err = w.InitVersion(ctx, vars, previous)
+	_, err := w.InitVersion(ctx, providerVars(), previous)
 	g.Expect(err).NotTo(HaveOccurred())
 	old := startManagerOf(t, w, filepath.Join(previousDir, "manager"))
 
@@ -150,7 +147,7 @@ func TestClusterctlUpgradeFromThePreviousRelease(t *testing.T) {
 	// variables as init; the old manager stops (clusterctl deletes its Deployment) and
 	// the new one starts from the new Deployment.
 	old.Stop()
-	mgr, before := switchRelease(t, w, vars, paths.Version, paths.Manager)
+	mgr, before := switchRelease(t, w, paths.Version, paths.Manager)
 	keptAsTheyWere(t, w, mgr, before, claims)
 	g.Eventually(func(g Gomega) {
 		for _, s := range []client.ObjectKey{{Namespace: ns, Name: "owner"}, {Namespace: ns, Name: "owner-2"}} {
@@ -182,7 +179,8 @@ func TestClusterctlUpgradeFromThePreviousRelease(t *testing.T) {
 	// the claims over (those it bound and the one made since) without a request, and
 	// releases them when they are deleted.
 	mgr.Stop()
-	mgr, before = switchRelease(t, w, vars, previous, filepath.Join(previousDir, "manager"))
+	upgraded := mgr
+	mgr, before = switchRelease(t, w, previous, filepath.Join(previousDir, "manager"))
 	keptAsTheyWere(t, w, mgr, before, claims)
 	deleteReleased(t, w, claims, "routed-1", "subnet-1", "global-0", "made-by-new")
 	g.Expect(rbacRefusal.FindString(mgr.Logs())).To(BeEmpty(), "the downgraded manager was refused a request by RBAC; see %s", mgr.LogFile)
@@ -199,19 +197,21 @@ func TestClusterctlUpgradeFromThePreviousRelease(t *testing.T) {
 	delete(secret.Annotations, ipamv1alpha1.SecretFingerprintsAnnotation)
 	g.Expect(w.Client.Patch(ctx, secret, patch)).To(Succeed())
 	settledAccounts(t, w, map[string]bool{uidOf(t, w, ns): true})
+	g.Expect(canariesFound(t, w, []*localcluster.Manager{upgraded}, []string{owner, rotatedTo})).To(BeEmpty(),
+		"a secret value outside its Secret")
 }
 
-// switchRelease runs `clusterctl upgrade apply` to version (later or earlier) with
-// vars and starts the manager binary from the new Deployment; the manager running
+// switchRelease runs `clusterctl upgrade apply` to version (later or earlier) with the
+// variables of init (providerVars) and starts the manager binary from the new Deployment; the manager running
 // before must be stopped first. It returns the new manager and the stand-in's request
 // counts from before the switch.
-func switchRelease(t *testing.T, w *localcluster.ControlPlane, vars map[string]string, version, binary string) (*localcluster.Manager, sim.Stats) {
+func switchRelease(t *testing.T, w *localcluster.ControlPlane, version, binary string) (*localcluster.Manager, sim.Stats) {
 	t.Helper()
 	g := newG(t)
 	ctx := context.Background()
 	before, err := ipamAPI.Stats(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
-	out, err := w.Clusterctl(ctx, vars, "upgrade", "apply", "--ipam", manager.ProviderNamespace+"/vitistack:"+version, "--kubeconfig", w.Kubeconfig)
+	out, err := w.Clusterctl(ctx, providerVars(), "upgrade", "apply", "--ipam", manager.ProviderNamespace+"/vitistack:"+version, "--kubeconfig", w.Kubeconfig)
 	g.Expect(err).NotTo(HaveOccurred())
 	t.Logf("clusterctl upgrade apply to %s:\n%s", version, out)
 	dep := &appsv1.Deployment{}
@@ -292,12 +292,9 @@ func TestChartUpgradesThePreviousReleasesServicesFlavour(t *testing.T) {
 	g := newG(t)
 	ctx := context.Background()
 	_, previousDir := previousRelease(t)
-	w, err := localcluster.StartControlPlane(workDir, "upgrade-chart", paths)
-	g.Expect(err).NotTo(HaveOccurred())
-	t.Cleanup(w.Stop)
+	w := newControlPlane(t, "upgrade-chart")
 	installCertManagerCRDs(t, w)
-	flavour, err := w.GenerateYAML(ctx, map[string]string{"VITISTACK_IPAM_API_URL": ipamAPI.URL, "VITISTACK_LOG_LEVEL": "2"},
-		filepath.Join(previousDir, "ipam-components-workload.yaml"))
+	flavour, err := w.GenerateYAML(ctx, providerVars(), filepath.Join(previousDir, "ipam-components-workload.yaml"))
 	g.Expect(err).NotTo(HaveOccurred())
 	// As its README said: `clusterctl generate yaml ... | kubectl apply -f -`.
 	kubectl, err := exec.LookPath("kubectl")
@@ -322,8 +319,9 @@ func TestChartUpgradesThePreviousReleasesServicesFlavour(t *testing.T) {
 	g.Expect(w.Client.Create(ctx, &ipamv1alpha1.GlobalVitistackIPPool{ObjectMeta: metav1.ObjectMeta{Name: "inet-ipv4"},
 		Spec: ipamv1alpha1.VitistackIPPoolSpec{Zone: "inet", IPFamily: ipamv1alpha1.IPv4}})).To(Succeed())
 	ns := newNamespace(t, w, "apps")
-	newSecret(t, w, ns, "owner", canary("chart-owner"))
-	newSecret(t, w, ns, "owner-2", canary("chart-rotated"))
+	owner, rotatedTo := canary("chart-owner"), canary("chart-rotated")
+	newSecret(t, w, ns, "owner", owner)
+	newSecret(t, w, ns, "owner-2", rotatedTo)
 	service := func(name string, annotations map[string]string) *corev1.Service {
 		s := &corev1.Service{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: annotations},
@@ -410,5 +408,7 @@ func TestChartUpgradesThePreviousReleasesServicesFlavour(t *testing.T) {
 		g.Expect(activeHolders(t, c.address.Spec.Address)).To(BeEmpty(), "%s's address %s is released", name, c.address.Spec.Address)
 	}
 	settledAccounts(t, w, map[string]bool{uidOf(t, w, ns): true})
+	g.Expect(canariesFound(t, w, []*localcluster.Manager{mgr}, []string{owner, rotatedTo})).To(BeEmpty(),
+		"a secret value outside its Secret")
 	g.Expect(rbacRefusal.FindString(mgr.Logs())).To(BeEmpty(), "the new manager was refused a request by RBAC; see %s", mgr.LogFile)
 }

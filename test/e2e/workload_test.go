@@ -30,9 +30,7 @@ import (
 func TestWorkloadFlavourTakesOverFromTheIPAMOperator(t *testing.T) {
 	g := newG(t)
 	ctx := context.Background()
-	w, err := localcluster.StartControlPlane(workDir, "workload", paths)
-	g.Expect(err).NotTo(HaveOccurred())
-	t.Cleanup(w.Stop)
+	w := newControlPlane(t, "workload")
 
 	// What the IPAM-operator leaves behind: its default secret in ipam-system, and a
 	// Service with the annotations it filled in, its address registered under the
