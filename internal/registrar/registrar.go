@@ -35,22 +35,11 @@ type Registrar struct {
 	// InFlight keeps requests for one identity from overlapping.
 	InFlight *InFlight
 	// Wake carries claims to the claim controller from outside its own watches: the
-	// Secret protector waking the claims that wait for it, and the pool controller
-	// waking the claims that wait for room (never from an event handler).
+	// Secret protector wakes the claims that wait for it (never from an event handler).
 	Wake chan event.GenericEvent
 
 	clusterIDMu   sync.Mutex
 	kubeSystemUID string
-}
-
-// WakeClaims sends the claims to the claim controller through wake, by key; it blocks
-// while the channel is full, until ctx ends.
-func WakeClaims(ctx context.Context, wake chan<- event.GenericEvent, claims []ipamv1.IPAddressClaim) error {
-	keys := make([]types.NamespacedName, len(claims))
-	for i := range claims {
-		keys[i] = client.ObjectKeyFromObject(&claims[i])
-	}
-	return WakeKeys(ctx, wake, keys)
 }
 
 // WakeKeys sends the claims of keys to the claim controller through wake; it blocks

@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"strings"
 	"testing"
 
@@ -17,7 +16,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/record"
@@ -89,75 +87,6 @@ func TestRememberServesTheClaimsTheProtectorWakes(t *testing.T) {
 	}
 	if gets["protected"] != 1 || gets["bare"] != 1 {
 		t.Fatalf("GETs: protected %d (want 1, for the key not remembered), bare %d (want 1)", gets["protected"], gets["bare"])
-	}
-}
-
-// Claims that wait for a Secret key to be protected are asked for once (not once per
-// claim), handed out by the Set that protects their key (not another key's), and a
-// claim that comes after it is told at once.
-func TestProtectedAwait(t *testing.T) {
-	p := &registrar.Protected{Ask: make(chan event.GenericEvent, 8)}
-	secret := types.NamespacedName{Namespace: "ns", Name: "s"}
-	a := record.ObjectRef{Namespace: "ns", Name: "s", Key: "a"}
-	b := record.ObjectRef{Namespace: "ns", Name: "s", Key: "b"}
-	claim := func(n string) types.NamespacedName { return types.NamespacedName{Namespace: "c", Name: n} }
-	for _, w := range []struct {
-		ref   record.ObjectRef
-		claim string
-	}{{a, "1"}, {a, "2"}, {b, "3"}, {a, "1"}} {
-		if p.Await(w.ref, claim(w.claim)) {
-			t.Fatalf("claim %s: protected before anything was", w.claim)
-		}
-	}
-	if len(p.Ask) != 1 {
-		t.Fatalf("the protector was asked %d times, want once", len(p.Ask))
-	}
-	if e := <-p.Ask; e.Object.GetNamespace() != "ns" || e.Object.GetName() != "s" {
-		t.Fatalf("asked for %s/%s", e.Object.GetNamespace(), e.Object.GetName())
-	}
-	if got := p.Set(secret, nil); got != nil {
-		t.Fatalf("nothing protected, woken %v", got)
-	}
-	got := p.Set(secret, []string{"a"})
-	slices.SortFunc(got, func(x, y types.NamespacedName) int { return strings.Compare(x.String(), y.String()) })
-	if want := []types.NamespacedName{claim("1"), claim("2")}; !slices.Equal(got, want) {
-		t.Fatalf("protecting key a woke %v, want %v", got, want)
-	}
-	if got := p.Set(secret, []string{"a"}); got != nil {
-		t.Fatalf("woken twice: %v", got)
-	}
-	if !p.Await(a, claim("4")) {
-		t.Fatal("key a is protected, but a new claim is told to wait")
-	}
-	if got := p.Set(secret, []string{"a", "b"}); !slices.Equal(got, []types.NamespacedName{claim("3")}) {
-		t.Fatalf("protecting key b woke %v, want [c/3]", got)
-	}
-}
-
-// The first claim of a process to write a record naming a Secret key that is not
-// protected is the one; the others are told so until the key is protected.
-func TestProtectedRecordedByAnother(t *testing.T) {
-	p := &registrar.Protected{}
-	a := record.ObjectRef{Namespace: "ns", Name: "s", Key: "a"}
-	b := record.ObjectRef{Namespace: "ns", Name: "s", Key: "b"}
-	if p.RecordedByAnother(a, "first") {
-		t.Fatal("nobody records key a yet")
-	}
-	if p.RecordedByAnother(a, "first") {
-		t.Fatal("the first claim is told that another records its own record")
-	}
-	if !p.RecordedByAnother(a, "second") {
-		t.Fatal("the second claim is not told that the first records key a")
-	}
-	if p.RecordedByAnother(b, "second") {
-		t.Fatal("key b is not recorded by anyone yet")
-	}
-	p.Set(types.NamespacedName{Namespace: "ns", Name: "s"}, []string{"a"})
-	if p.RecordedByAnother(a, "third") {
-		t.Fatal("key a is protected: nobody needs to wait for the first record")
-	}
-	if !p.RecordedByAnother(b, "third") {
-		t.Fatal("protecting key a forgot who records key b")
 	}
 }
 

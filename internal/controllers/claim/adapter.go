@@ -3,12 +3,10 @@ package claim
 import (
 	"context"
 	"maps"
-	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
@@ -55,35 +53,18 @@ type Adapter struct {
 	subnets subnetState
 	// refusals is what the Secrets of refused claims said.
 	refusals refusals
-
-	// waitBackoff times the re-queues of claims that wait (see waiting): they return
-	// no error, so the controller's own back-off does not grow for them. It counts the
-	// waits in a row of a claim, by name: every reconcile that does not wait (also the
-	// one that finds the claim gone) forgets it.
-	waitBackoff     workqueue.TypedRateLimiter[types.NamespacedName]
-	waitBackoffOnce sync.Once
 }
 
-// waits is the back-off of waiting claims, the same as the controller's for failures.
-func (a *Adapter) waits() workqueue.TypedRateLimiter[types.NamespacedName] {
-	a.waitBackoffOnce.Do(func() {
-		a.waitBackoff = workqueue.NewTypedItemExponentialFailureRateLimiter[types.NamespacedName](backoffBase, backoffMax)
-	})
-	return a.waitBackoff
-}
-
-// The back-off of a claim that fails, or waits: 250 ms, doubling up to backoffMax.
+// The back-off of a claim that fails: 250 ms, doubling up to backoffMax.
 const (
 	backoffBase = 250 * time.Millisecond
-	// backoffMax: waiting claims do not hammer the IPAM-API (1,000 failing claims send
+	// backoffMax: failing claims do not hammer the IPAM-API (1,000 failing claims send
 	// at most about 17 requests a second), and after an outage, or a stretch of failed
 	// answers, every claim goes on within a minute. (With 5 minutes, the chaos suite saw
 	// a claim wait 96 s after the IPAM-API had recovered from failing one request in
 	// five.)
 	backoffMax = time.Minute
 )
-
-var _ ipamutil.ClaimHandler = &Handler{}
 
 // reconciliationTimeout bounds one reconcile of a claim, as Cluster API's builder
 // bounds the pool and Service reconciles.
@@ -124,8 +105,8 @@ func (a *Adapter) SetupWithManager(_ context.Context, b *ctrl.Builder) error {
 		// bound the claim (and a manager that starts reconciles every claim anyway), so a
 		// second reconcile would only find the claim bound.
 		Owns(&ipamv1.IPAddress{}, builder.WithPredicates(predicate.Or(addressKinds...), notCreated)).
-		// The claims the Secret protector wakes, and those waiting for room that the pool
-		// controller wakes when addresses of their zone go.
+		// The claims the Secret protector wakes: it protected their Secret, or found its
+		// value changed.
 		WatchesRawSource(source.Channel(a.Wake, &handler.EnqueueRequestForObject{})).
 		// Which addresses the subnet-mode pools use, for picking candidates.
 		Watches(&ipamv1.IPAddress{}, a.subnets.occupancy()).
@@ -135,8 +116,77 @@ func (a *Adapter) SetupWithManager(_ context.Context, b *ctrl.Builder) error {
 		Watches(&ipamv1alpha1.VitistackIPPool{}, handler.EnqueueRequestsFromMapFunc(a.claimsOfPool(ipamv1alpha1.VitistackIPPoolKind)),
 			builder.WithPredicates(poolBecameUsable())).
 		Watches(&ipamv1alpha1.GlobalVitistackIPPool{}, handler.EnqueueRequestsFromMapFunc(a.claimsOfPool(ipamv1alpha1.GlobalVitistackIPPoolKind)),
-			builder.WithPredicates(poolBecameUsable()))
+			builder.WithPredicates(poolBecameUsable())).
+		// A subnet-mode pool whose count of addresses in use fell has room again, and so
+		// may the other pools of its zone: their claims that found none go on.
+		Watches(&ipamv1alpha1.VitistackIPPool{}, handler.EnqueueRequestsFromMapFunc(a.claimsWaitingForRoom), builder.WithPredicates(roomFreed())).
+		Watches(&ipamv1alpha1.GlobalVitistackIPPool{}, handler.EnqueueRequestsFromMapFunc(a.claimsWaitingForRoom), builder.WithPredicates(roomFreed()))
 	return nil
+}
+
+// claimsWaitingForRoom maps a subnet-mode pool to the live, unbound claims that found
+// no room in the subnet-mode pools of its zone (the index holds no others).
+func (a *Adapter) claimsWaitingForRoom(ctx context.Context, o client.Object) []reconcile.Request {
+	pool, ok := o.(ipamv1alpha1.Pool)
+	if !ok {
+		return nil
+	}
+	zone := pool.PoolSpec().Zone
+	local := &ipamv1alpha1.VitistackIPPoolList{}
+	global := &ipamv1alpha1.GlobalVitistackIPPoolList{}
+	if err := a.Client.List(ctx, local, client.UnsafeDisableDeepCopy); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Listing the pools of a zone failed")
+		return nil
+	}
+	if err := a.Client.List(ctx, global, client.UnsafeDisableDeepCopy); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Listing the pools of a zone failed")
+		return nil
+	}
+	var refs []string
+	for _, p := range local.Items {
+		if p.Spec.Subnet != "" && p.Spec.Zone == zone {
+			refs = append(refs, index.PoolRefValue(ipamv1alpha1.VitistackIPPoolKind, p.Name))
+		}
+	}
+	for _, p := range global.Items {
+		if p.Spec.Subnet != "" && p.Spec.Zone == zone {
+			refs = append(refs, index.PoolRefValue(ipamv1alpha1.GlobalVitistackIPPoolKind, p.Name))
+		}
+	}
+	var reqs []reconcile.Request
+	for _, ref := range refs {
+		claims := &ipamv1.IPAddressClaimList{}
+		if err := a.Client.List(ctx, claims, client.MatchingFields{index.ClaimWaiting: ref}, client.UnsafeDisableDeepCopy); err != nil {
+			ctrl.LoggerFrom(ctx).Error(err, "Listing the claims waiting for room failed")
+			return nil
+		}
+		for _, c := range claims.Items {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&c)})
+		}
+	}
+	return reqs
+}
+
+// roomFreed passes the updates of a subnet-mode pool whose status counts fewer
+// addresses in use than before (the pool controller writes the count about once a
+// second, whatever the burst).
+func roomFreed() predicate.Predicate {
+	inUse := func(o client.Object) int32 {
+		p, ok := o.(ipamv1alpha1.Pool)
+		if !ok || p.PoolStatus().AddressesInUse == nil {
+			return 0
+		}
+		return *p.PoolStatus().AddressesInUse
+	}
+	return predicate.Funcs{
+		CreateFunc: func(event.CreateEvent) bool { return false },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			p, ok := e.ObjectNew.(ipamv1alpha1.Pool)
+			return ok && p.PoolSpec().Subnet != "" && inUse(e.ObjectNew) < inUse(e.ObjectOld)
+		},
+		DeleteFunc:  func(event.DeleteEvent) bool { return false },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
 }
 
 // Observe tells the adapter what an IPAddress or claim names now (gone: it is

@@ -4,22 +4,16 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"slices"
 
 	"github.com/pkg/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
-	"sigs.k8s.io/cluster-api/util/conditions"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"sigs.k8s.io/cluster-api-ipam-provider-in-cluster/pkg/ipamutil"
 
 	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
-	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/index"
-	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/note"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/record"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/registrar"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi"
@@ -186,83 +180,6 @@ func (h *Handler) writePending(ctx context.Context, reg *record.Registration, se
 		return &o
 	}
 	return nil
-}
-
-// awaitProtection lets a claim without a record wait for its Secret to be
-// protected without writing anything, when another claim's record names the Secret
-// key already, or another claim of this process is writing the first such record (so
-// its protection is under way): a burst of new claims under a new Secret then writes
-// each pending record once, with its attempt time, instead of once to name the Secret
-// and again to send. The protector wakes the claim; nil: the claim writes its own
-// record, which asks for the protection.
-func (h *Handler) awaitProtection(ctx context.Context, sec *registrar.Secret) *outcome {
-	if !h.namedByAnother(ctx, sec.Ref) && !h.Secrets.Protected.RecordedByAnother(sec.Ref, h.claim.UID) {
-		return nil
-	}
-	// Nothing of this reconcile is written, not even a new finalizer: the claim has
-	// sent nothing and holds nothing, here or in the IPAM-API.
-	h.claim.Finalizers = slices.Clone(h.written.Finalizers)
-	h.forgetSends()
-	o := h.await(sec, waiting("waiting for Secret %s/%s to be protected (finalizer %s), which another claim has asked for, "+
-		"before anything is registered under it", sec.Ref.Namespace, sec.Ref.Name, ipamv1alpha1.SecretInUseFinalizer))
-	return &o
-}
-
-// await makes the claim one that the Secret protector wakes when it has protected the
-// Secret key, and asks it to look; o comes back at once if that happened since the
-// Secret was read. A wait is no condition (the protector protects a Secret within
-// moments, and a burst under a new Secret writes nothing more) until the claim has
-// waited quietWaits times in a row: then it is Ready=False SecretNotProtected, with the
-// protector's last error at that moment. The condition then stays as it is while the
-// claim waits (one status patch and one event, not one per change of the error).
-func (h *Handler) await(sec *registrar.Secret, o outcome) outcome {
-	key := client.ObjectKeyFromObject(h.claim)
-	if h.Secrets.Protected.Await(sec.Ref, key) {
-		return o.retryIn(0)
-	}
-	if h.waits().NumRequeues(key) < quietWaits {
-		return o
-	}
-	// The condition, once set, stays as it is while the claim waits.
-	msg := o.err.Error() + "; the Secret protector has not done so yet, its log says why"
-	if c := conditions.Get(h.claim, ipamv1.IPAddressClaimReadyCondition); c != nil &&
-		c.Status == metav1.ConditionFalse && c.Reason == ipamv1alpha1.ClaimReadySecretNotProtectedReason {
-		msg = c.Message
-	} else if err := h.Secrets.Protected.Failure(sec.Ref.ObjectKey()); err != nil {
-		msg = o.err.Error() + "; the Secret protector failed: " + note.Truncate(err.Error(), maxErrorInMessage)
-	}
-	w := failed(ipamv1alpha1.ClaimReadySecretNotProtectedReason, msg)
-	o.ready, o.reason, o.message, o.action = w.ready, w.reason, w.message, w.action
-	return o
-}
-
-// maxErrorInMessage bounds the part of a condition's message that another component
-// wrote (an admission webhook's refusal, say): a condition's message may have 32,768
-// characters at most.
-const maxErrorInMessage = 1024
-
-// quietWaits is how many times a claim waits for its Secret's protection before it
-// says so in its Ready condition: the back-off makes that about 8 s (0.25 + 0.5 + 1 +
-// 2 + 4) when nothing wakes it.
-const quietWaits = 5
-
-// namedByAnother reports whether the record of another claim in the cache names the
-// Secret key (the first few claims that name the Secret are looked at; a lookup that
-// fails counts as none).
-func (h *Handler) namedByAnother(ctx context.Context, ref record.ObjectRef) bool {
-	claims := &ipamv1.IPAddressClaimList{}
-	if err := h.Client.List(ctx, claims, client.MatchingFields{index.ClaimSecret: index.SecretValue(ref)},
-		client.Limit(64), client.UnsafeDisableDeepCopy); err != nil {
-		return false
-	}
-	for i := range claims.Items {
-		if c := &claims.Items[i]; c.UID != h.claim.UID {
-			if reg, err := record.OnClaim(c.Annotations); err == nil && reg != nil && slices.ContainsFunc(reg.Secrets(), ref.Equal) {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // recordWritten reports whether the claim already has this very record, with its

@@ -10,19 +10,14 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/record"
 )
 
-// Handler allocates and releases the address of one IPAddressClaim through the
-// IPAM-API. It implements ipamutil.ClaimHandler; the Reconciler (a loop modelled on
-// ipamutil's) calls FetchPool first, then EnsureAddress on every reconcile of a live claim (inside
-// the create-or-patch of its IPAddress) or ReleaseAddress on a deleted one, and patches the
-// claim afterwards.
+// Handler is one reconcile of one IPAddressClaim: the claim as it is being changed, as
+// it was last written, and its pool. The Reconciler makes one per reconcile.
 type Handler struct {
 	*Adapter
 	claim *ipamv1.IPAddressClaim
@@ -85,8 +80,9 @@ func (h *Handler) writeRecord(ctx context.Context, reg *record.Registration, set
 // errPoolNotCached: the pool exists, but the manager's cache has not seen it yet.
 var errPoolNotCached = errors.New("the pool is not in the cache yet")
 
-// FetchPool implements ipamutil.ClaimHandler.
-func (h *Handler) FetchPool(ctx context.Context) (client.Object, *ctrl.Result, error) {
+// fetchPool reads the claim's pool from the cache. A deleted claim whose pool is not
+// found (or not read) gets NotFound: its release needs no pool.
+func (h *Handler) fetchPool(ctx context.Context) (ipamv1alpha1.Pool, error) {
 	ref := h.claim.Spec.PoolRef
 	var pool ipamv1alpha1.Pool
 	key := types.NamespacedName{Name: ref.Name}
@@ -96,46 +92,26 @@ func (h *Handler) FetchPool(ctx context.Context) (client.Object, *ctrl.Result, e
 	case ipamv1alpha1.GlobalVitistackIPPoolKind:
 		pool = &ipamv1alpha1.GlobalVitistackIPPool{}
 	default:
-		return nil, nil, reconcile.TerminalError(errors.Errorf("pool kind %q is not served by this provider", ref.Kind))
+		return nil, reconcile.TerminalError(errors.Errorf("pool kind %q is not served by this provider", ref.Kind))
 	}
 	if err := h.Client.Get(ctx, key, pool); err != nil {
 		if !h.claim.DeletionTimestamp.IsZero() {
-			// Release works from the records alone; ipamutil releases only after NotFound.
-			return nil, nil, apierrors.NewNotFound(ipamv1alpha1.GroupVersion.WithResource(strings.ToLower(ref.Kind)+"s").GroupResource(), ref.Name)
+			return nil, apierrors.NewNotFound(ipamv1alpha1.GroupVersion.WithResource(strings.ToLower(ref.Kind)+"s").GroupResource(), ref.Name)
 		}
 		if apierrors.IsNotFound(err) && h.Reader != nil && h.Reader.Get(ctx, key, pool) == nil {
 			// The cache has not seen a pool created moments ago (one manifest with the
 			// pool and its claims): its watch event brings the claim back; no Warning.
-			return nil, nil, errPoolNotCached
+			return nil, errPoolNotCached
 		}
 		if apierrors.IsNotFound(err) {
-			// ipamutil waits for a watch event without a condition: say why here.
 			_ = h.report(failed(ipamv1.IPAddressClaimReadyPoolNotReadyReason,
 				fmt.Sprintf("%s %q not found: create it, or point spec.poolRef at an existing pool", ref.Kind, ref.Name)))
 		}
-		return nil, nil, err
+		return nil, err
 	}
 	pool.GetObjectKind().SetGroupVersionKind(ipamv1alpha1.GroupVersion.WithKind(ref.Kind))
 	h.pool = pool
-	return pool, nil, nil
-}
-
-// EnsureAddress implements ipamutil.ClaimHandler. The Reconciler calls it inside the
-// create-or-patch of the claim's IPAddress on every reconcile of a live claim.
-func (h *Handler) EnsureAddress(ctx context.Context, address *ipamv1.IPAddress) (*ctrl.Result, error) {
-	if address.Spec.Address != "" {
-		return nil, h.report(h.bound(ctx, address))
-	}
-	return nil, h.report(h.allocate(ctx, address))
-}
-
-// ReleaseAddress implements ipamutil.ClaimHandler. It releases what is recorded: on
-// the IPAddress, else on the claim.
-func (h *Handler) ReleaseAddress(ctx context.Context) (*ctrl.Result, error) {
-	if h.claim.DeletionTimestamp.IsZero() {
-		return nil, nil
-	}
-	return nil, h.report(h.release(ctx))
+	return pool, nil
 }
 
 // claimRecord is the record on the claim; a broken one is an outcome.

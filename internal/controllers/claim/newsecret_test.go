@@ -9,11 +9,13 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	clocktesting "k8s.io/utils/clock/testing"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -102,8 +104,9 @@ func TestClaimsWaitForANewSecretWithoutWriting(t *testing.T) {
 }
 
 // A claim whose Secret the protector cannot protect (here a policy refuses the
-// finalizer) waits quietly a few times, as in any burst under a new Secret, then says
-// why in its Ready condition and one event: the Secret, and the protector's error. It
+// finalizer) waits quietly for a few seconds, as in any burst under a new Secret, coming
+// back every few seconds to look again, then says why in its Ready condition and one
+// event: the Secret, and the protector's error. It
 // still holds nothing and has sent nothing, writes nothing more while it waits (also
 // when the protector's error changes), and binds once the protector gets through.
 func TestAClaimSaysWhyItWaitsForItsSecret(t *testing.T) {
@@ -128,14 +131,17 @@ func TestAClaimSaysWhyItWaitsForItsSecret(t *testing.T) {
 	})
 	wake := make(chan event.GenericEvent, 8)
 	w.protector.Wake = wake
+	clk := clocktesting.NewFakePassiveClock(time.Now())
+	w.protector.Secrets.Protected.Clock = clk
 	names := []string{"a", "b"} // a writes its pending record, b waits without one
 	for _, n := range names {
 		w.create(claimObj(n, "routed", nil))
 	}
 	reconcile := func(name string) {
 		t.Helper()
-		if res, err := w.claims.Reconcile(w.ctx, ctrl.Request{NamespacedName: client.ObjectKey{Namespace: "apps", Name: name}}); err != nil || res.RequeueAfter <= 0 {
-			t.Fatalf("claim %s whose Secret is not protected was not told to wait: %+v, %v", name, res, err)
+		res, err := w.claims.Reconcile(w.ctx, ctrl.Request{NamespacedName: client.ObjectKey{Namespace: "apps", Name: name}})
+		if err != nil || res.RequeueAfter <= 0 || res.RequeueAfter > 5*time.Second {
+			t.Fatalf("claim %s whose Secret is not protected was not told to wait and look again within seconds: %+v, %v", name, res, err)
 		}
 	}
 	claimNamed := func(name string) *ipamv1.IPAddressClaim {
@@ -163,7 +169,7 @@ func TestAClaimSaysWhyItWaitsForItsSecret(t *testing.T) {
 		return err
 	}
 
-	for range 5 {
+	for range 4 { // at 0, 2.5, 5 and 7.5 s
 		for _, n := range names {
 			reconcile(n)
 			if c := readyOf(claimNamed(n)); c != nil {
@@ -173,6 +179,7 @@ func TestAClaimSaysWhyItWaitsForItsSecret(t *testing.T) {
 		if protect() == nil {
 			t.Fatal("the protector protected a Secret the policy keeps it from")
 		}
+		clk.SetTime(clk.Now().Add(2500 * time.Millisecond))
 	}
 	w.drainEvents()
 	for _, n := range names {

@@ -2,7 +2,6 @@ package claim
 
 import (
 	"context"
-	"strconv"
 	"time"
 
 	"github.com/pkg/errors"
@@ -11,7 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
-	"k8s.io/apimachinery/pkg/util/wait"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	"sigs.k8s.io/cluster-api/util/annotations"
@@ -27,20 +25,18 @@ import (
 
 	"sigs.k8s.io/cluster-api-ipam-provider-in-cluster/pkg/ipamutil"
 
+	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/index"
 )
 
-// Reconciler reconciles the IPAddressClaims of this provider's pools. Its loop is
-// modelled on ipamutil.ClaimReconciler (v1.1.0: the finalizer first, FetchPool, the
-// IPAddress created or patched around EnsureAddress, ReleaseAddress on deletion, the
-// same finalizers, owner references and pausing), calling the Handler's methods of
-// ipamutil.ClaimHandler. ipamutil's reconciler is not used, for one reason: its
-// Cluster API patch helper writes a claim's conditions
-// and its addressRef in two status patches, and re-sends annotations the handler has
-// already written. Here the claim's metadata and its status each go out in at most one
-// patch, holding only what changed since the last write, and the finalizer goes out
-// with the pending record: a claim is bound with three writes (finalizer and pending
-// record, IPAddress, status with addressRef and Ready).
+// Reconciler reconciles the IPAddressClaims of this provider's pools, in the shape of
+// Cluster API's controllers: Reconcile reads the claim and its pool and defers one
+// patch of the claim (patchClaim); reconcileNormal binds a live claim, reconcileDelete
+// releases a deleted one. It keeps ipamutil's contract for claims (its finalizer,
+// IPAddress, owner references and pausing) but not its reconciler, whose patch helper
+// writes a claim's conditions and addressRef in two status patches: here a claim is
+// bound with three writes (finalizer and pending record, IPAddress, status with
+// addressRef and Ready).
 type Reconciler struct {
 	Client           client.Client
 	WatchFilterValue string
@@ -63,14 +59,6 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 
 // Reconcile binds or releases one claim.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, reterr error) {
-	// The waiting back-off counts the waits in a row: any other end of a reconcile
-	// (the claim went on, failed, or is gone) starts it again.
-	waited := false
-	defer func() {
-		if !waited {
-			r.Adapter.waits().Forget(req.NamespacedName)
-		}
-	}()
 	claim := &ipamv1.IPAddressClaim{}
 	if err := r.Client.Get(ctx, req.NamespacedName, claim); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -84,73 +72,83 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 			reterr = kerrors.NewAggregate([]error{reterr, err})
 		}
 	}()
+	deleting := !claim.DeletionTimestamp.IsZero()
 	// The finalizer goes out with the claim's first write (its pending record, before
 	// anything is sent), not in a reconcile and a write of its own as in ipamutil.
 	if !controllerutil.ContainsFinalizer(claim, ipamutil.ReleaseAddressFinalizer) {
-		if !claim.DeletionTimestamp.IsZero() {
+		if deleting {
 			return ctrl.Result{}, nil // never registered anything: nothing to release
 		}
 		controllerutil.AddFinalizer(claim, ipamutil.ReleaseAddressFinalizer)
 	}
-
-	pool, res, err := h.FetchPool(ctx)
-	if errors.Is(err, errPoolNotCached) {
+	pool, err := h.fetchPool(ctx)
+	switch {
+	case errors.Is(err, errPoolNotCached):
 		// Nothing is written (not even the finalizer) until the pool is seen; its watch
 		// event brings the claim back, the requeue is a fallback.
 		h.claim = h.written.DeepCopy()
 		return ctrl.Result{RequeueAfter: time.Second}, nil
-	}
-	if err != nil || res != nil {
-		if apierrors.IsNotFound(err) {
-			if !claim.DeletionTimestamp.IsZero() {
-				return r.reconcileDelete(ctx, claim, h)
-			}
-			return ctrl.Result{}, nil // the pool's watch brings the claim back
-		}
-		return unwrap(res), errors.Wrap(err, "failed to fetch pool")
-	}
-	if annotations.HasPaused(pool) {
+	case apierrors.IsNotFound(err) && deleting:
+		return r.reconcileDelete(ctx, h) // release works from the records alone
+	case apierrors.IsNotFound(err):
+		return ctrl.Result{}, nil // the pool's watch brings the claim back
+	case err != nil:
+		return ctrl.Result{}, errors.Wrap(err, "failed to fetch pool")
+	case annotations.HasPaused(pool):
+		// A paused pool holds its claims' deletes too; its unpause brings them back.
 		ctrl.LoggerFrom(ctx).V(2).Info("The claim's pool is paused, skipping reconciliation", "pool", pool.GetName())
 		h.claim = h.written.DeepCopy() // nothing is written, not even the finalizer
 		return ctrl.Result{}, nil
+	case deleting:
+		return r.reconcileDelete(ctx, h)
 	}
-	if !claim.DeletionTimestamp.IsZero() {
-		return r.reconcileDelete(ctx, claim, h)
-	}
+	return r.reconcileNormal(ctx, h, pool)
+}
 
+// reconcileNormal binds a live claim. Without an IPAddress, an address is registered
+// (allocate); with one, what is registered follows the claim's annotations (bound).
+// The IPAddress is created or patched only after that, and only when it succeeded.
+func (r *Reconciler) reconcileNormal(ctx context.Context, h *Handler, pool ipamv1alpha1.Pool) (ctrl.Result, error) {
+	claim := h.claim
 	// ipamutil's IPAddress: named after the claim, owned by it (controller) and the pool.
 	address := ipamutil.NewIPAddress(claim, pool)
-	op, err := createOrPatchAddress(ctx, r.Client, &address, func() error {
-		if res, err = h.EnsureAddress(ctx, &address); err != nil {
-			return err
-		}
-		if err := controllerutil.SetOwnerReference(pool, &address, r.Client.Scheme()); err != nil {
-			return errors.Wrap(err, "failed to ensure owner references on address")
-		}
-		if err := controllerutil.SetControllerReference(claim, &address, r.Client.Scheme()); err != nil {
-			return errors.Wrap(err, "failed to ensure owner references on address")
-		}
-		if v, ok := claim.Labels[clusterv1.ClusterNameLabel]; ok {
-			if address.Labels == nil {
-				address.Labels = map[string]string{}
-			}
-			address.Labels[clusterv1.ClusterNameLabel] = v
-		}
-		// No ipamutil ProtectAddress finalizer: the claim's record and the IPAM-API hold
-		// the address, not the IPAddress, so a lost IPAddress is made again with the same
-		// address (a subnet pick counts the claim's record too). Without it a delete
-		// costs one request fewer, and an IPAddress never outlives an uninstalled
-		// provider. One from an earlier version is taken off when its claim goes.
-		return nil
-	})
-	if res, backoff, ok := r.waiting(ctx, req.NamespacedName, err); ok {
-		waited = backoff
-		return res, nil
+	err := r.Client.Get(ctx, client.ObjectKeyFromObject(&address), &address)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return ctrl.Result{}, errors.Wrap(err, "failed to fetch address")
 	}
-	if res != nil || err != nil {
-		return unwrap(res), errors.Wrap(err, "failed to create or patch address")
+	exists := err == nil
+	before := address.DeepCopy()
+	if exists {
+		err = h.report(h.bound(ctx, &address))
+	} else {
+		err = h.report(h.allocate(ctx, &address))
 	}
-	if op == controllerutil.OperationResultCreated {
+	if err != nil {
+		return requeue(ctx, err)
+	}
+	if err := controllerutil.SetOwnerReference(pool, &address, r.Client.Scheme()); err != nil {
+		return ctrl.Result{}, errors.Wrap(err, "failed to ensure owner references on address")
+	}
+	if err := controllerutil.SetControllerReference(claim, &address, r.Client.Scheme()); err != nil {
+		return ctrl.Result{}, errors.Wrap(err, "failed to ensure owner references on address")
+	}
+	if v, ok := claim.Labels[clusterv1.ClusterNameLabel]; ok {
+		if address.Labels == nil {
+			address.Labels = map[string]string{}
+		}
+		address.Labels[clusterv1.ClusterNameLabel] = v
+	}
+	// No ipamutil ProtectAddress finalizer: the claim's record and the IPAM-API hold the
+	// address, not the IPAddress, so a lost IPAddress is made again with the same address
+	// (a subnet pick counts the claim's record too). Without it a delete costs one
+	// request fewer, and an IPAddress never outlives an uninstalled provider. One from an
+	// earlier version is taken off when its claim goes.
+	res := ctrl.Result{}
+	switch {
+	case !exists:
+		if err := r.Client.Create(ctx, &address); err != nil {
+			return ctrl.Result{}, errors.Wrap(err, "failed to create address")
+		}
 		ctrl.LoggerFrom(ctx).V(2).Info("IPAddress created", "address", address.Spec.Address)
 		// Subnet picks of other claims count the address from now on, not from when the
 		// cache shows it.
@@ -162,24 +160,24 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		if h.boundHasWork(&address) {
 			// The pending record sent was made before the claim's annotations changed (or
 			// a rotation is recorded): bound carries the change, at once.
-			res = &ctrl.Result{RequeueAfter: time.Millisecond}
+			res.RequeueAfter = time.Millisecond
+		}
+	case !apiequality.Semantic.DeepEqual(before, &address):
+		// DeepEqual counts nil and empty maps as equal: a bound claim's reconcile that
+		// changes nothing writes nothing.
+		if err := r.Client.Patch(ctx, &address, client.MergeFrom(before)); err != nil {
+			return ctrl.Result{}, errors.Wrap(err, "failed to patch address")
 		}
 	}
 	claim.Status.AddressRef = ipamv1.IPAddressReference{Name: address.Name}
-	return unwrap(res), nil
+	return res, nil
 }
 
 // reconcileDelete releases the address, then lets the IPAddress and the claim go.
-func (r *Reconciler) reconcileDelete(ctx context.Context, claim *ipamv1.IPAddressClaim, h *Handler) (ctrl.Result, error) {
-	res, err := h.ReleaseAddress(ctx)
-	if res, _, ok := r.waiting(ctx, client.ObjectKeyFromObject(claim), err); ok {
-		return res, nil
-	}
-	if err != nil {
-		return unwrap(res), errors.Wrap(err, "release address")
-	}
-	if res != nil && (res.RequeueAfter > 0 || res.Requeue) { //nolint:staticcheck // ipamutil's contract
-		return *res, nil
+func (r *Reconciler) reconcileDelete(ctx context.Context, h *Handler) (ctrl.Result, error) {
+	claim := h.claim
+	if err := h.report(h.release(ctx)); err != nil {
+		return requeue(ctx, err)
 	}
 	address := &ipamv1.IPAddress{}
 	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(claim), address); err != nil && !apierrors.IsNotFound(err) {
@@ -204,19 +202,17 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, claim *ipamv1.IPAddres
 	return ctrl.Result{}, nil
 }
 
-// waiting turns the error of a waiting outcome into the reconcile's result: no error,
-// and the claim back when its wait ends, or (backoff) with the waiting back-off when
-// nothing tells when that is.
-func (r *Reconciler) waiting(ctx context.Context, key types.NamespacedName, err error) (_ ctrl.Result, backoff, ok bool) {
+// requeue turns the error of an outcome into the reconcile's result: a wait comes back
+// when it ends, without an error (the conditions say what it waits for); a terminal
+// error waits for the watches; any other error is retried with the controller's
+// back-off.
+func requeue(ctx context.Context, err error) (ctrl.Result, error) {
 	var w waitError
-	if !errors.As(err, &w) {
-		return ctrl.Result{}, false, false
+	if errors.As(err, &w) {
+		ctrl.LoggerFrom(ctx).V(1).Info("Waiting", "reason", w.Error())
+		return ctrl.Result{RequeueAfter: w.after}, nil
 	}
-	ctrl.LoggerFrom(ctx).V(1).Info("Waiting", "reason", w.Error())
-	if w.after > 0 {
-		return ctrl.Result{RequeueAfter: w.after}, false, true
-	}
-	return ctrl.Result{RequeueAfter: r.Adapter.waits().When(key)}, true, true
+	return ctrl.Result{}, err
 }
 
 // clusterPaused reports whether the claim's Cluster (by spec.clusterName or the
@@ -269,179 +265,4 @@ func clusterUnpaused() predicate.Funcs {
 		DeleteFunc:  func(e event.DeleteEvent) bool { return !paused(e.Object) },
 		GenericFunc: func(event.GenericEvent) bool { return false },
 	}
-}
-
-// patchClaim writes what the reconcile changed on the claim since it was read or last
-// written: its metadata in one patch, its status (addressRef, conditions) in another.
-func (h *Handler) patchClaim(ctx context.Context) error {
-	var errs []error
-	lastFinalizer := !h.claim.DeletionTimestamp.IsZero() && len(h.claim.Finalizers) == 0 && len(h.written.Finalizers) > 0
-	err := h.patchMetadata(ctx)
-	if err == nil && lastFinalizer {
-		// The last finalizer went: the API server deleted the claim and answered with its
-		// last stored state (the old resourceVersion, the finalizer still on). Only its
-		// absence from the cache tells the next reconcile not to release it again.
-		_ = waitForCache(ctx, h.Client, &ipamv1.IPAddressClaim{}, client.ObjectKeyFromObject(h.claim), "", untilGone)
-		return nil
-	}
-	if err != nil {
-		errs = append(errs, errors.Wrap(err, "patching the claim"))
-	}
-	if !apiequality.Semantic.DeepEqual(h.claim.Status, h.written.Status) {
-		st := statusOnly(h.claim)
-		if err := h.Client.Status().Patch(ctx, st, client.MergeFrom(statusOnly(h.written))); err != nil && !apierrors.IsNotFound(err) {
-			errs = append(errs, errors.Wrap(err, "patching the claim's status"))
-		} else {
-			h.written.Status = *h.claim.Status.DeepCopy()
-			h.writtenVersion = st.ResourceVersion
-		}
-	}
-	if a := h.created; a != nil {
-		// As ipamutil does: the next reconcile must see the new IPAddress in the cache, or
-		// it would create it again. Then the IPAddress speaks for the claim, in the cache
-		// too, and what this process kept about its request goes, as in bound (no second
-		// reconcile comes to do it: the creation of a claim's own IPAddress and its
-		// finalizer do not re-queue it). Waiting after the status patch, not before it,
-		// binds the claim one watch delay sooner.
-		if err := waitForCache(ctx, h.Client, &ipamv1.IPAddress{}, client.ObjectKeyFromObject(a), a.ResourceVersion, untilSeen); err != nil {
-			errs = append(errs, errors.Wrapf(err, "waiting for IPAddress %s to be visible in the cache after create", a.Name))
-		} else {
-			h.forget()
-		}
-	}
-	if h.writtenVersion != "" {
-		// The next reconcile must not act on the copy before this reconcile's writes
-		// (also those made on the way, such as a pending record, and also when a later
-		// write failed): it would write them again, or take the attempt it finds for one
-		// whose answer this process never saw. A claim that is gone is done.
-		_ = waitForCache(ctx, h.Client, &ipamv1.IPAddressClaim{}, client.ObjectKeyFromObject(h.claim), h.writtenVersion, untilSeenOrGone)
-	}
-	return kerrors.NewAggregate(errs)
-}
-
-// patchMetadata writes the claim's metadata (finalizers, annotations, labels) where it
-// differs from what was written, on the version it was read at or last written: a
-// reconcile that acted on a stale read (a cache that has not caught up after an API
-// server restart, say, and does not show the claim's deletion) gets a conflict here,
-// before the request its record announces goes out, and is run again on what the API
-// server has.
-func (h *Handler) patchMetadata(ctx context.Context) error {
-	meta, written := withoutStatus(h.claim), withoutStatus(h.written)
-	if apiequality.Semantic.DeepEqual(meta.ObjectMeta, written.ObjectMeta) && apiequality.Semantic.DeepEqual(meta.Spec, written.Spec) {
-		return nil
-	}
-	err := h.Client.Patch(ctx, meta, client.MergeFromWithOptions(written, client.MergeFromWithOptimisticLock{}))
-	if apierrors.IsNotFound(err) && len(meta.Finalizers) == 0 {
-		return nil // a claim whose last finalizer went is gone
-	}
-	if err != nil {
-		return err
-	}
-	// What the API server answered is what it has: the claim takes its resourceVersion
-	// and the other fields the server sets.
-	h.claim.ObjectMeta = *meta.ObjectMeta.DeepCopy()
-	status := h.written.Status
-	h.written = meta
-	h.written.Status = status
-	h.writtenVersion = meta.ResourceVersion
-	return nil
-}
-
-// createOrPatchAddress is controllerutil.CreateOrPatch for an IPAddress, which has no
-// status: it reads the IPAddress; if there is none, mutate fills it in and it is
-// created; else mutate changes it and what changed is patched (nothing, when nothing
-// did). CreateOrPatch makes three deep copies, two conversions to unstructured and a
-// DeepEqual over them on every reconcile of a bound claim; this makes one copy and
-// compares it with the forked DeepEqual that counts nil and empty maps as equal, as
-// the unstructured comparison does.
-func createOrPatchAddress(ctx context.Context, c client.Client, address *ipamv1.IPAddress, mutate func() error) (controllerutil.OperationResult, error) {
-	key := client.ObjectKeyFromObject(address)
-	if err := c.Get(ctx, key, address); err != nil {
-		if !apierrors.IsNotFound(err) {
-			return controllerutil.OperationResultNone, err
-		}
-		if err := mutateAddress(address, key, mutate); err != nil {
-			return controllerutil.OperationResultNone, err
-		}
-		if err := c.Create(ctx, address); err != nil {
-			return controllerutil.OperationResultNone, err
-		}
-		return controllerutil.OperationResultCreated, nil
-	}
-	before := address.DeepCopy()
-	if err := mutateAddress(address, key, mutate); err != nil {
-		return controllerutil.OperationResultNone, err
-	}
-	if apiequality.Semantic.DeepEqual(before, address) {
-		return controllerutil.OperationResultNone, nil
-	}
-	if err := c.Patch(ctx, address, client.MergeFrom(before)); err != nil {
-		return controllerutil.OperationResultNone, err
-	}
-	return controllerutil.OperationResultUpdated, nil
-}
-
-// mutateAddress runs mutate and refuses a change of the IPAddress's name or namespace,
-// as controllerutil does.
-func mutateAddress(address *ipamv1.IPAddress, key types.NamespacedName, mutate func() error) error {
-	if err := mutate(); err != nil {
-		return err
-	}
-	if client.ObjectKeyFromObject(address) != key {
-		return errors.New("MutateFn cannot mutate object name and/or object namespace")
-	}
-	return nil
-}
-
-// cacheWait is what waitForCache waits for.
-type cacheWait int
-
-const (
-	// untilSeen: the object at the resourceVersion or later.
-	untilSeen cacheWait = iota
-	// untilSeenOrGone: that, or the object no longer there.
-	untilSeenOrGone
-	// untilGone: the object no longer there.
-	untilGone
-)
-
-// waitForCache waits (1 ms polls, at most 5 s) until the cache holds the object at key
-// as until says. obj is an empty object of the kind.
-func waitForCache(ctx context.Context, c client.Reader, obj client.Object, key types.NamespacedName, rv string, until cacheWait) error {
-	want, err := strconv.ParseUint(rv, 10, 64)
-	if err != nil {
-		want = 0 // not a number: the object being there is enough
-	}
-	return wait.PollUntilContextTimeout(ctx, time.Millisecond, 5*time.Second, true, func(ctx context.Context) (bool, error) {
-		if err := c.Get(ctx, key, obj); err != nil {
-			if apierrors.IsNotFound(err) {
-				return until != untilSeen, nil
-			}
-			return false, err
-		}
-		if until == untilGone {
-			return false, nil
-		}
-		got, err := strconv.ParseUint(obj.GetResourceVersion(), 10, 64)
-		return err != nil || got >= want, nil
-	})
-}
-
-func withoutStatus(c *ipamv1.IPAddressClaim) *ipamv1.IPAddressClaim {
-	out := c.DeepCopy()
-	out.Status = ipamv1.IPAddressClaimStatus{}
-	return out
-}
-
-func statusOnly(c *ipamv1.IPAddressClaim) *ipamv1.IPAddressClaim {
-	out := &ipamv1.IPAddressClaim{TypeMeta: c.TypeMeta, Status: *c.Status.DeepCopy()}
-	out.Namespace, out.Name, out.UID = c.Namespace, c.Name, c.UID
-	return out
-}
-
-func unwrap(res *ctrl.Result) ctrl.Result {
-	if res == nil {
-		return ctrl.Result{}
-	}
-	return *res
 }

@@ -43,8 +43,6 @@ type Reconciler struct {
 
 	mu     sync.Mutex
 	probed map[types.NamespacedName]probe
-	// inUse is each pool's count of addresses in use when it was last reconciled.
-	inUse map[types.NamespacedName]int32
 	// cache counts the pools' IPAddresses from its index (nil: with a List).
 	cache cache.Cache
 	// controller holds a pool's next reconcile until the cache has seen the status this
@@ -79,7 +77,6 @@ func (r *Reconciler) newPool() ipamv1alpha1.Pool {
 // SetupWithManager registers the reconciler for its kind.
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	r.probed = map[types.NamespacedName]probe{}
-	r.inUse = map[types.NamespacedName]int32{}
 	r.cache = mgr.GetCache()
 	// An address that comes or goes changes the pool's count: the pool is reconciled a
 	// second later, so a burst of claims costs about one status patch a second.
@@ -171,9 +168,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if err := r.wakeWaiting(ctx, pool, facts.inUse); err != nil {
-		return ctrl.Result{}, err
-	}
 	if err := r.finishSubnetProbe(ctx, pool); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -238,5 +232,4 @@ func (r *Reconciler) forget(key types.NamespacedName) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.probed, key)
-	delete(r.inUse, key)
 }

@@ -1,0 +1,138 @@
+package claim
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/pkg/errors"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	kerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/apimachinery/pkg/util/wait"
+	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// patchClaim writes what the reconcile changed on the claim since it was read or last
+// written: its metadata in one patch, its status (addressRef, conditions) in another.
+func (h *Handler) patchClaim(ctx context.Context) error {
+	var errs []error
+	lastFinalizer := !h.claim.DeletionTimestamp.IsZero() && len(h.claim.Finalizers) == 0 && len(h.written.Finalizers) > 0
+	err := h.patchMetadata(ctx)
+	if err == nil && lastFinalizer {
+		// The last finalizer went: the API server deleted the claim and answered with its
+		// last stored state (the old resourceVersion, the finalizer still on). Only its
+		// absence from the cache tells the next reconcile not to release it again.
+		_ = waitForCache(ctx, h.Client, &ipamv1.IPAddressClaim{}, client.ObjectKeyFromObject(h.claim), "", untilGone)
+		return nil
+	}
+	if err != nil {
+		errs = append(errs, errors.Wrap(err, "patching the claim"))
+	}
+	if !apiequality.Semantic.DeepEqual(h.claim.Status, h.written.Status) {
+		st := statusOnly(h.claim)
+		if err := h.Client.Status().Patch(ctx, st, client.MergeFrom(statusOnly(h.written))); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, errors.Wrap(err, "patching the claim's status"))
+		} else {
+			h.written.Status = *h.claim.Status.DeepCopy()
+			h.writtenVersion = st.ResourceVersion
+		}
+	}
+	if a := h.created; a != nil {
+		// As ipamutil does: the next reconcile must see the new IPAddress in the cache, or
+		// it would create it again. Then the IPAddress speaks for the claim, in the cache
+		// too, and what this process kept about its request goes, as in bound (no second
+		// reconcile comes to do it: the creation of a claim's own IPAddress and its
+		// finalizer do not re-queue it). Waiting after the status patch, not before it,
+		// binds the claim one watch delay sooner.
+		if err := waitForCache(ctx, h.Client, &ipamv1.IPAddress{}, client.ObjectKeyFromObject(a), a.ResourceVersion, untilSeen); err != nil {
+			errs = append(errs, errors.Wrapf(err, "waiting for IPAddress %s to be visible in the cache after create", a.Name))
+		} else {
+			h.forget()
+		}
+	}
+	if h.writtenVersion != "" {
+		// The next reconcile must not act on the copy before this reconcile's writes
+		// (also those made on the way, such as a pending record, and also when a later
+		// write failed): it would write them again, or take the attempt it finds for one
+		// whose answer this process never saw. A claim that is gone is done.
+		_ = waitForCache(ctx, h.Client, &ipamv1.IPAddressClaim{}, client.ObjectKeyFromObject(h.claim), h.writtenVersion, untilSeenOrGone)
+	}
+	return kerrors.NewAggregate(errs)
+}
+
+// patchMetadata writes the claim's metadata (finalizers, annotations, labels) where it
+// differs from what was written, on the version it was read at or last written: a
+// reconcile that acted on a stale read (a cache that has not caught up after an API
+// server restart, say, and does not show the claim's deletion) gets a conflict here,
+// before the request its record announces goes out, and is run again on what the API
+// server has.
+func (h *Handler) patchMetadata(ctx context.Context) error {
+	meta, written := withoutStatus(h.claim), withoutStatus(h.written)
+	if apiequality.Semantic.DeepEqual(meta.ObjectMeta, written.ObjectMeta) && apiequality.Semantic.DeepEqual(meta.Spec, written.Spec) {
+		return nil
+	}
+	err := h.Client.Patch(ctx, meta, client.MergeFromWithOptions(written, client.MergeFromWithOptimisticLock{}))
+	if apierrors.IsNotFound(err) && len(meta.Finalizers) == 0 {
+		return nil // a claim whose last finalizer went is gone
+	}
+	if err != nil {
+		return err
+	}
+	// What the API server answered is what it has: the claim takes its resourceVersion
+	// and the other fields the server sets.
+	h.claim.ObjectMeta = *meta.ObjectMeta.DeepCopy()
+	status := h.written.Status
+	h.written = meta
+	h.written.Status = status
+	h.writtenVersion = meta.ResourceVersion
+	return nil
+}
+
+// cacheWait is what waitForCache waits for.
+type cacheWait int
+
+const (
+	// untilSeen: the object at the resourceVersion or later.
+	untilSeen cacheWait = iota
+	// untilSeenOrGone: that, or the object no longer there.
+	untilSeenOrGone
+	// untilGone: the object no longer there.
+	untilGone
+)
+
+// waitForCache waits (1 ms polls, at most 5 s) until the cache holds the object at key
+// as until says. obj is an empty object of the kind.
+func waitForCache(ctx context.Context, c client.Reader, obj client.Object, key types.NamespacedName, rv string, until cacheWait) error {
+	want, err := strconv.ParseUint(rv, 10, 64)
+	if err != nil {
+		want = 0 // not a number: the object being there is enough
+	}
+	return wait.PollUntilContextTimeout(ctx, time.Millisecond, 5*time.Second, true, func(ctx context.Context) (bool, error) {
+		if err := c.Get(ctx, key, obj); err != nil {
+			if apierrors.IsNotFound(err) {
+				return until != untilSeen, nil
+			}
+			return false, err
+		}
+		if until == untilGone {
+			return false, nil
+		}
+		got, err := strconv.ParseUint(obj.GetResourceVersion(), 10, 64)
+		return err != nil || got >= want, nil
+	})
+}
+
+func withoutStatus(c *ipamv1.IPAddressClaim) *ipamv1.IPAddressClaim {
+	out := c.DeepCopy()
+	out.Status = ipamv1.IPAddressClaimStatus{}
+	return out
+}
+
+func statusOnly(c *ipamv1.IPAddressClaim) *ipamv1.IPAddressClaim {
+	out := &ipamv1.IPAddressClaim{TypeMeta: c.TypeMeta, Status: *c.Status.DeepCopy()}
+	out.Namespace, out.Name, out.UID = c.Namespace, c.Name, c.UID
+	return out
+}
