@@ -54,9 +54,14 @@ type waiters struct {
 	// claims maps each claim to the key it waits for.
 	claims map[types.NamespacedName]string
 	// asked is when the protector was last asked to look at the Secret; since is when
-	// the first of the claims began to wait.
-	asked, since time.Time
+	// the first of the claims began to wait, last when one last did.
+	asked, since, last time.Time
 }
+
+// staleWait ends a wait for a Secret that no claim has renewed for this long (a waiting
+// claim looks again at least once a minute): a claim that waits for it later starts a
+// new wait, and the claims of the old one (deleted since) are forgotten.
+const staleWait = 2 * time.Minute
 
 // askAgain is how often the claims waiting for a Secret ask the protector again.
 const askAgain = time.Second
@@ -101,11 +106,11 @@ func (p *Protected) Await(ref record.ObjectRef, claim types.NamespacedName) (wai
 		p.waiting = map[types.NamespacedName]*waiters{}
 	}
 	w := p.waiting[secret]
-	if w == nil {
+	if w == nil || now.Sub(w.last) > staleWait {
 		w = &waiters{claims: map[types.NamespacedName]string{}, since: now}
 		p.waiting[secret] = w
 	}
-	w.claims[claim] = ref.Key
+	w.claims[claim], w.last = ref.Key, now
 	if p.Ask != nil && now.Sub(w.asked) >= askAgain {
 		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: secret.Namespace, Name: secret.Name}}
 		select {

@@ -15,7 +15,8 @@ import (
 )
 
 // Claims that wait for a Secret key to be protected are asked for once (not once per
-// claim), told how long claims have waited for the Secret (from the first), handed out
+// claim), told how long claims have waited for the Secret (from the first, unless no
+// claim waited for minutes: then a new wait begins), handed out
 // by the Set that protects their key (not another key's), and a claim that comes after
 // it is told at once.
 func TestProtectedAwait(t *testing.T) {
@@ -68,6 +69,17 @@ func TestProtectedAwait(t *testing.T) {
 	p.Set(secret, nil) // let go
 	if waited, protected := p.Await(b, claim("6")); protected || waited != 0 {
 		t.Fatalf("once every claim waiting for the Secret was woken, a new wait starts at 0, not %v", waited)
+	}
+	clk.SetTime(clk.Now().Add(time.Minute))
+	if waited, _ := p.Await(b, claim("6")); waited != time.Minute {
+		t.Fatalf("a claim that looks again a minute later is told the claims waited %v, want 1m", waited)
+	}
+	clk.SetTime(clk.Now().Add(3 * time.Minute))
+	if waited, _ := p.Await(b, claim("7")); waited != 0 {
+		t.Fatalf("after 3 minutes in which no claim waited for the Secret, a new wait starts at 0, not %v", waited)
+	}
+	if got := p.Set(secret, []string{"b"}); !slices.Equal(got, []types.NamespacedName{claim("7")}) {
+		t.Fatalf("protecting key b after a wait began anew woke %v, want only [c/7] (c/6 went with the old wait)", got)
 	}
 }
 

@@ -223,6 +223,12 @@ func TestAClaimSaysWhyItWaitsForItsSecret(t *testing.T) {
 	if n := w.writes - before; n != 0 || len(w.drainEvents()) != 0 {
 		t.Fatalf("waiting on (the protector's error changed) wrote %d times, or recorded events", n)
 	}
+	// The longer claims wait for the Secret, the less often they look again: a minute in,
+	// every 30 s.
+	clk.SetTime(clk.Now().Add(50 * time.Second))
+	if res, err := w.claims.Reconcile(w.ctx, ctrl.Request{NamespacedName: client.ObjectKey{Namespace: "apps", Name: "a"}}); err != nil || res.RequeueAfter != 30*time.Second {
+		t.Fatalf("a claim that waited a minute for its Secret comes back after %v (%v), want 30s", res.RequeueAfter, err)
+	}
 
 	denied = false
 	must(t, protect())

@@ -43,7 +43,7 @@ func (h *Handler) awaitProtection(ctx context.Context, sec *registrar.Secret) *o
 
 // await makes the claim one that the Secret protector wakes when it has protected the
 // Secret key, and asks it to look; o comes back at once if that happened since the
-// Secret was read, else after protectionRecheck should no wake come. A wait is no
+// Secret was read, else after protectionRecheck should no wake come (later, less often). A wait is no
 // condition (the protector protects a Secret within moments, and a burst under a new
 // Secret writes nothing more) until claims have waited protectionQuiet for the Secret:
 // then the claim is Ready=False SecretNotProtected, with the protector's last error at
@@ -54,10 +54,13 @@ func (h *Handler) await(sec *registrar.Secret, o outcome) outcome {
 	if protected {
 		return o.retryIn(0)
 	}
-	o = o.retryIn(protectionRecheck)
 	if waited < protectionQuiet {
-		return o
+		return o.retryIn(protectionRecheck)
 	}
+	// Then the claim looks again less often the longer claims have waited (at most once
+	// a minute, as a failing claim): a Secret the protector cannot protect does not make
+	// every waiting claim read it every few seconds for ever.
+	o = o.retryIn(min(max(protectionRecheck, waited/2), backoffMax))
 	msg := o.err.Error() + "; the Secret protector has not done so yet, its log says why"
 	if c := conditions.Get(h.claim, ipamv1.IPAddressClaimReadyCondition); c != nil &&
 		c.Status == metav1.ConditionFalse && c.Reason == ipamv1alpha1.ClaimReadySecretNotProtectedReason {

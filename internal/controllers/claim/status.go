@@ -23,7 +23,7 @@ const (
 )
 
 // outcome is what one reconcile of a claim came to. report turns it into the claim's
-// conditions, its events and the error ipamutil gets: the one place that does.
+// conditions, its events and the error the Reconciler gets: the one place that does.
 type outcome struct {
 	// ready is the Ready condition's status; "" leaves the condition as it is.
 	ready   metav1.ConditionStatus
@@ -38,7 +38,7 @@ type outcome struct {
 	drop []string
 	// notes are events that go out whatever the conditions do (Released, SecretRotated).
 	notes []eventNote
-	// err is returned to ipamutil; with ready False and no err, the message is.
+	// err is returned to the Reconciler; with ready False and no err, the message is.
 	err error
 	// terminal waits for a change of the claim or its pool (their watches), or for the
 	// Secret protector, instead of retrying with back-off.
