@@ -257,6 +257,12 @@ func TestProtectAddressFinalizerOfAnEarlierVersionGoes(t *testing.T) {
 	patch := client.MergeFrom(addr.DeepCopy())
 	addr.Finalizers = append(addr.Finalizers, "ipam.cluster.x-k8s.io/ProtectAddress")
 	g.Expect(env.Client.Patch(ctx, addr, patch)).To(Succeed())
+	// An earlier version wrote it long before: the manager has seen it when the claim goes.
+	g.Eventually(func(g Gomega) {
+		seen := &ipamv1.IPAddress{}
+		g.Expect(env.Cache.Get(ctx, client.ObjectKeyFromObject(addr), seen)).To(Succeed())
+		g.Expect(seen.Finalizers).To(ContainElement("ipam.cluster.x-k8s.io/ProtectAddress"))
+	}, eventually, poll).Should(Succeed())
 
 	deleteAndWait(t, claim)
 	waitGone(t, addr) // with the old finalizer on, it would stay Terminating

@@ -23,7 +23,8 @@ type Protected struct {
 	// Ask takes the Secrets that claims wait for to the Secret protector; nil: nobody
 	// is asked (the protector is enqueued by records only).
 	Ask chan event.GenericEvent
-	// Clock times the waits for a Secret's protection (nil: the host's monotonic clock).
+	// Clock times the waits for a Secret's protection and its first record (nil: the
+	// host's monotonic clock).
 	Clock clock.PassiveClock
 
 	mu   sync.Mutex
@@ -79,13 +80,13 @@ func (p *Protected) Has(ref record.ObjectRef) bool {
 func (p *Protected) RecordedByAnother(ref record.ObjectRef, claim types.UID) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if r, ok := p.recording[ref.String()]; ok && r.claim != claim && time.Since(r.since) < recordingFor {
+	if r, ok := p.recording[ref.String()]; ok && r.claim != claim && p.now().Sub(r.since) < recordingFor {
 		return true
 	}
 	if p.recording == nil {
 		p.recording = map[string]recorder{}
 	}
-	p.recording[ref.String()] = recorder{claim: claim, since: time.Now()}
+	p.recording[ref.String()] = recorder{claim: claim, since: p.now()}
 	return false
 }
 

@@ -84,9 +84,11 @@ func TestProtectedAwait(t *testing.T) {
 }
 
 // The first claim of a process to write a record naming a Secret key that is not
-// protected is the one; the others are told so until the key is protected.
+// protected is the one; the others are told so until the key is protected, or for a
+// few seconds at most (then the next writes its own).
 func TestProtectedRecordedByAnother(t *testing.T) {
-	p := &registrar.Protected{}
+	clk := clocktesting.NewFakePassiveClock(time.Now())
+	p := &registrar.Protected{Clock: clk}
 	a := record.ObjectRef{Namespace: "ns", Name: "s", Key: "a"}
 	b := record.ObjectRef{Namespace: "ns", Name: "s", Key: "b"}
 	if p.RecordedByAnother(a, "first") {
@@ -107,5 +109,12 @@ func TestProtectedRecordedByAnother(t *testing.T) {
 	}
 	if !p.RecordedByAnother(b, "third") {
 		t.Fatal("protecting key a forgot who records key b")
+	}
+	clk.SetTime(clk.Now().Add(6 * time.Second))
+	if p.RecordedByAnother(b, "fourth") {
+		t.Fatal("6 s after the second claim began the first record of key b, a fourth claim still waits for it")
+	}
+	if !p.RecordedByAnother(b, "fifth") {
+		t.Fatal("the fourth claim, now writing the first record of key b, is not the one the fifth waits for")
 	}
 }

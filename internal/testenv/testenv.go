@@ -53,6 +53,9 @@ type Env struct {
 	Clock *clocktesting.FakeClock
 	// Logs holds every line the manager logged.
 	Logs *Logs
+	// Cache reads the running manager's cache, for a test that must know the manager
+	// has seen a write it made (nil while no manager runs).
+	Cache client.Reader
 
 	env     *envtest.Environment
 	httpSrv *httptest.Server
@@ -228,6 +231,7 @@ func (e *Env) StartManager(ctx context.Context, opts manager.Options) error {
 	if !mgr.GetCache().WaitForCacheSync(mctx) {
 		return errors.New("the manager's cache did not sync")
 	}
+	e.Cache = mgr.GetCache()
 	return nil
 }
 
@@ -273,7 +277,7 @@ func (e *Env) StopManager() error {
 	})
 	err := <-e.mgr.done
 	dump.Stop()
-	e.mgr = nil
+	e.mgr, e.Cache = nil, nil
 	return err
 }
 

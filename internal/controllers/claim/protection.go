@@ -17,17 +17,14 @@ import (
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/registrar"
 )
 
-// Nothing is registered under a Secret before the Secret protector has protected it
-// (its finalizer, and the fingerprint of its value): a claim whose Secret is not
-// protected yet waits here.
-
-// awaitProtection lets a claim without a record wait for its Secret to be
-// protected without writing anything, when another claim's record names the Secret
-// key already, or another claim of this process is writing the first such record (so
-// its protection is under way): a burst of new claims under a new Secret then writes
-// each pending record once, with its attempt time, instead of once to name the Secret
-// and again to send. The protector wakes the claim; nil: the claim writes its own
-// record, which asks for the protection.
+// awaitProtection lets a claim without a record wait for its Secret to be protected
+// (nothing is registered under a Secret before the Secret protector has added its
+// finalizer and the fingerprint of its value) without writing anything, when another
+// claim's record names the Secret key already, or another claim of this process is
+// writing the first such record (so its protection is under way): a burst of new
+// claims under a new Secret then writes each pending record once, with its attempt
+// time, instead of once to name the Secret and again to send. The protector wakes the
+// claim; nil: the claim writes its own record, which asks for the protection.
 func (h *Handler) awaitProtection(ctx context.Context, sec *registrar.Secret) *outcome {
 	if !h.namedByAnother(ctx, sec.Ref) && !h.Secrets.Protected.RecordedByAnother(sec.Ref, h.claim.UID) {
 		return nil
@@ -43,11 +40,11 @@ func (h *Handler) awaitProtection(ctx context.Context, sec *registrar.Secret) *o
 
 // await makes the claim one that the Secret protector wakes when it has protected the
 // Secret key, and asks it to look; o comes back at once if that happened since the
-// Secret was read, else after protectionRecheck should no wake come (later, less often). A wait is no
-// condition (the protector protects a Secret within moments, and a burst under a new
-// Secret writes nothing more) until claims have waited protectionQuiet for the Secret:
-// then the claim is Ready=False SecretNotProtected, with the protector's last error at
-// that moment. The condition then stays as it is while the claim waits (one status
+// Secret was read, else after protectionRecheck should no wake come (later, less
+// often). A wait is no condition (the protector protects a Secret within moments, and a
+// burst under a new Secret writes nothing more) until claims have waited
+// protectionQuiet for the Secret: then the claim is Ready=False SecretNotProtected,
+// with the protector's last error at that moment. The condition then stays as it is while the claim waits (one status
 // patch and one event, not one per change of the error).
 func (h *Handler) await(sec *registrar.Secret, o outcome) outcome {
 	waited, protected := h.Secrets.Protected.Await(sec.Ref, client.ObjectKeyFromObject(h.claim))
