@@ -206,7 +206,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		WatchFilterValue:        o.WatchFilter,
 		Clock:                   o.Clock,
 	})
-	if err := mgr.Add(stateMetrics(mgr, clients, o.Clock)); err != nil {
+	if err := mgr.Add(stateMetrics(mgr, reg.InFlight, o.Clock)); err != nil {
 		return errors.Wrap(err, "adding the state metrics")
 	}
 	if err := (&claim.Reconciler{
@@ -260,13 +260,10 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 }
 
 // stateMetrics serves the metrics of pools, claims and registrations from this
-// process's cache and clients while it leads (a runnable that needs the lease): a
-// standby exports none, and lists nothing it does not watch.
-func stateMetrics(mgr ctrl.Manager, clients registrar.ClientFactory, clk clock.PassiveClock) manager.RunnableFunc {
-	src := &metrics.Sources{Reader: mgr.GetClient()}
-	if p, ok := clients.(metrics.PendingCounter); ok {
-		src.Registrations = p.Pending
-	}
+// process's cache and in-flight table while it leads (a runnable that needs the
+// lease): a standby exports none, and lists nothing it does not watch.
+func stateMetrics(mgr ctrl.Manager, inFlight *registrar.InFlight, clk clock.PassiveClock) manager.RunnableFunc {
+	src := &metrics.Sources{Reader: mgr.GetClient(), Registrations: inFlight.Pending}
 	if clk != nil {
 		src.Now = clk.Now
 	}

@@ -28,10 +28,6 @@ type Sources struct {
 // Pending is what Sources.Registrations counts for one IPAM-API host.
 type Pending struct{ InFlight, Quarantined int }
 
-// PendingCounter counts the registrations in flight and quarantined by IPAM-API host
-// (registrar.CachingClientFactory does).
-type PendingCounter interface{ Pending() map[string]Pending }
-
 var current atomic.Pointer[Sources]
 
 // Serve computes the state metrics from src until stop is called: a manager calls it

@@ -3,7 +3,6 @@ package registrar
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"strings"
 	"sync"
 	"time"
 
@@ -66,9 +65,8 @@ type ClientFactory interface {
 	For(endpoint string, caBundle []byte) (ipamapi.Client, error)
 }
 
-// CachingClientFactory builds one serialised HTTP client per endpoint and CA bundle
-// and keeps it, so connections are reused and the one-registration-per-identity rule
-// holds across all claims of all pools.
+// CachingClientFactory builds one HTTP client per endpoint and CA bundle and keeps
+// it, so connections are reused.
 type CachingClientFactory struct {
 	// Timeout bounds every request.
 	Timeout time.Duration
@@ -102,27 +100,6 @@ func (f *CachingClientFactory) For(endpoint string, caBundle []byte) (ipamapi.Cl
 	if f.clients == nil {
 		f.clients = map[string]ipamapi.Client{}
 	}
-	c := ipamapi.NewSerialized(hc, endpoint, 2*timeout)
-	f.clients[key] = c
-	return c, nil
-}
-
-// Pending counts the registrations in flight and quarantined, by IPAM-API host.
-func (f *CachingClientFactory) Pending() map[string]metrics.Pending {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	out := map[string]metrics.Pending{}
-	for key, c := range f.clients {
-		s, ok := c.(*ipamapi.Serialized)
-		if !ok {
-			continue
-		}
-		host := metrics.Host(key[:strings.IndexByte(key, 0)])
-		inFlight, quarantined := s.Pending()
-		p := out[host]
-		p.InFlight += inFlight
-		p.Quarantined += quarantined
-		out[host] = p
-	}
-	return out
+	f.clients[key] = hc
+	return hc, nil
 }

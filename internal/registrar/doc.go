@@ -1,7 +1,7 @@
 // Package registrar is what every controller shares to talk to the IPAM-API safely:
 // the Secrets (read uncached, the default one created on first use), the IPAM-API
-// client of each endpoint, the in-flight set that keeps two requests for one IPAM-API
-// identity from ever being in flight at once, the pool's base registration, and the
-// channel that wakes claims from outside the claim controller. One Registrar is built by the manager
-// and injected into the claim, pool and Service controllers.
+// client of each endpoint, the in-flight table that keeps two requests for one IPAM-API
+// identity or address from ever being in flight at once, the pool's base registration,
+// and the channel that wakes claims from outside the claim controller. One Registrar is
+// built by the manager and injected into the claim, pool and Service controllers.
 package registrar

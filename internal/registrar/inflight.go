@@ -3,21 +3,35 @@ package registrar
 import (
 	"context"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/pkg/errors"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/metrics"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/record"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi"
 )
 
-// InFlight is what this process knows about registrations beyond the cluster: which
-// claim is registering which IPAM-API identity (so two claims never use one even before
-// the cache shows the other's record), and which requests' answers were seen (so a
-// request whose answer never came is waited out before the next one is sent). Entries
-// go when their claim is bound, released or gone.
+// InFlight is this process's one guard between requests to the IPAM-API: a table of
+// keys, an IPAM-API identity or an address of a zone, each with
+//   - the claims that hold it (Reserve), so two claims never use one identity or one
+//     address even before the cache shows the other's record, until Forget;
+//   - its last registration request: whose, under which attempt time, whether it is
+//     out, whether its answer was seen, and until when it is busy, on the process's
+//     monotonic clock. While a request is out, or one whose answer never came may still
+//     be carried out, no other is sent under the key: the real IPAM-API does not
+//     serialise them, and simultaneous first registrations of one identity each
+//     allocate an address.
+//
+// What guards across processes is the attempt time on the claim's record: a request
+// this process did not see answered is waited out from it (MayStillBeInFlight).
 type InFlight struct {
 	// Reader tells whether a claim still exists.
 	Reader client.Reader
@@ -27,33 +41,51 @@ type InFlight struct {
 	// are recorded on claims, for other processes too); nil: the host's.
 	Clock clock.PassiveClock
 
-	mu       sync.Mutex
-	reserved map[string][]reservation
-	byClaim  map[types.UID][]string
-	answered map[types.UID]time.Time
-	// pruneAbove is how many answers may be remembered before the old ones are pruned:
-	// twice what was left by the last pruning, at least minPruneAbove, so that the pass
-	// over all answers happens once per doubling, not on every answer of a burst. (After
-	// a large burst, stale answers may pile up to that many before the next pass; each
-	// is a few bytes, and answers of bound or deleted claims are forgotten at once.)
+	mu      sync.Mutex
+	slots   map[string]*slot
+	byClaim map[types.UID][]string // the keys each claim holds
+	// pruneAbove is how many slots may be kept before those that tell nothing any more
+	// are dropped: twice what was left by the last pruning, at least minPruneAbove, so
+	// that the pass happens once per doubling, not on every request of a burst.
 	pruneAbove int
-	waits      map[types.UID]wait
 	origin     time.Time
 }
 
-// minPruneAbove is the fewest answers remembered before old ones are pruned.
+// minPruneAbove is the fewest slots kept before old ones are pruned.
 const minPruneAbove = 4096
 
-type reservation struct {
+// The kinds of keys: an IPAM-API identity (record.Registration.Key), or an address in
+// a zone (record.HostKey).
+const (
+	identityKey = "identity|"
+	addressKey  = "address|"
+)
+
+type slot struct {
+	holders []holder
+	host    string // the IPAM-API host, for metrics
+	// The last request under the key, or the earlier attempt a claim met on its record.
+	by            types.UID
+	attempt       time.Time
+	out, answered bool
+	// until is when the request, if unanswered, can no longer be carried out (answered:
+	// until when the answer is remembered), on the monotonic clock.
+	until time.Duration
+}
+
+// busy reports whether a request under the key is out or may still be carried out.
+func (s *slot) busy(mono time.Duration) bool { return s.out || !s.answered && s.until > mono }
+
+type holder struct {
 	uid  types.UID
 	name types.NamespacedName
-	// address is the address of an identity reservation; share the share key of an
-	// address reservation.
+	// address is the address of an identity holder; share the share key of an address
+	// holder.
 	address, share string
 	exclusive      bool
 }
 
-func (r reservation) conflicts(address, share string, exclusive bool) bool {
+func (r holder) conflicts(address, share string, exclusive bool) bool {
 	if exclusive {
 		return share == "" || r.share != share
 	}
@@ -70,32 +102,34 @@ func HoldersConflict(a, b string) bool { return a == "" || b == "" || a == b }
 // claim. It fails, naming the other claim, when a claim that still exists holds a
 // conflicting reservation.
 func (f *InFlight) Reserve(ctx context.Context, key, address string, claim client.Object) (string, bool) {
-	return f.reserve(ctx, "identity|"+key, reservation{address: address}, claim)
+	return f.reserve(ctx, identityKey+key, holder{address: address}, claim)
 }
 
 // ReserveAddress claims an address (a record.HostKey) for a claim about to register
 // it, so two claims of this process never register one address at once unless both
 // declare the same share key.
 func (f *InFlight) ReserveAddress(ctx context.Context, hostKey, share string, claim client.Object) (string, bool) {
-	return f.reserve(ctx, "address|"+hostKey, reservation{share: share, exclusive: true}, claim)
+	return f.reserve(ctx, addressKey+hostKey, holder{share: share, exclusive: true}, claim)
 }
 
-func (f *InFlight) reserve(ctx context.Context, key string, mine reservation, claim client.Object) (string, bool) {
+func (f *InFlight) reserve(ctx context.Context, key string, mine holder, claim client.Object) (string, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.reserved == nil {
-		f.reserved, f.byClaim = map[string][]reservation{}, map[types.UID][]string{}
-	}
-	kept := f.reserved[key][:0]
+	s := f.slot(key, "")
+	kept := s.holders[:0]
 	conflict := ""
-	for _, other := range f.reserved[key] {
+	for _, other := range s.holders {
 		if other.uid == claim.GetUID() {
 			continue
 		}
 		c := &ipamv1.IPAddressClaim{}
 		err := f.Reader.Get(ctx, other.name, c)
 		if err != nil && apierrors.IsNotFound(err) || err == nil && c.UID != other.uid {
-			continue // gone: forget it
+			// Gone: forget it.
+			if f.byClaim[other.uid] = slices.DeleteFunc(f.byClaim[other.uid], func(k string) bool { return k == key }); len(f.byClaim[other.uid]) == 0 {
+				delete(f.byClaim, other.uid)
+			}
+			continue
 		}
 		kept = append(kept, other)
 		if other.conflicts(mine.address, mine.share, mine.exclusive) {
@@ -105,12 +139,127 @@ func (f *InFlight) reserve(ctx context.Context, key string, mine reservation, cl
 	if conflict == "" {
 		mine.uid, mine.name = claim.GetUID(), client.ObjectKeyFromObject(claim)
 		kept = append(kept, mine)
+		if f.byClaim == nil {
+			f.byClaim = map[types.UID][]string{}
+		}
 		if !slices.Contains(f.byClaim[mine.uid], key) {
 			f.byClaim[mine.uid] = append(f.byClaim[mine.uid], key)
 		}
 	}
-	f.reserved[key] = kept
+	s.holders = kept
 	return conflict, conflict == ""
+}
+
+// Forget drops what this process knows about a claim: what it holds and the answers
+// it saw. A request of the claim that may still be carried out keeps its key busy.
+func (f *InFlight) Forget(uid types.UID) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	mono := f.monotonic()
+	for _, key := range f.byClaim[uid] {
+		s := f.slots[key]
+		if s == nil {
+			continue // pruned after another claim found this one gone
+		}
+		s.holders = slices.DeleteFunc(s.holders, func(h holder) bool { return h.uid == uid })
+		switch {
+		case s.busy(mono):
+		case len(s.holders) == 0:
+			delete(f.slots, key)
+		case s.by == uid:
+			s.by, s.attempt, s.answered, s.until = "", time.Time{}, false, 0
+		}
+	}
+	delete(f.byClaim, uid)
+	// A Go map keeps the room it grew to: after a burst of thousands of claims, empty
+	// maps are dropped so that their memory goes too.
+	if len(f.byClaim) == 0 {
+		f.byClaim = nil
+	}
+	if len(f.slots) == 0 {
+		f.slots, f.pruneAbove = nil, 0
+	}
+}
+
+// slot is the key's slot, made if need be (host: the IPAM-API endpoint, if known).
+// Callers hold mu.
+func (f *InFlight) slot(key, endpoint string) *slot {
+	s, ok := f.slots[key]
+	if !ok {
+		if f.slots == nil {
+			f.slots = map[string]*slot{}
+		}
+		if len(f.slots) > max(f.pruneAbove, minPruneAbove) {
+			f.prune()
+		}
+		s = &slot{}
+		f.slots[key] = s
+	}
+	if endpoint != "" {
+		s.host = metrics.Host(endpoint)
+	}
+	return s
+}
+
+// prune drops the slots that tell nothing any more: no claim holds them, and their
+// request is over and its answer old. Callers hold mu.
+func (f *InFlight) prune() {
+	mono := f.monotonic()
+	for key, s := range f.slots {
+		if len(s.holders) == 0 && !s.out && s.until <= mono {
+			delete(f.slots, key)
+		}
+	}
+	f.pruneAbove = 2 * len(f.slots)
+}
+
+// Register sends req, a registration under reg by the claim (or pool) uid, unless
+// another request under its identity or its address is out or may still be carried
+// out: then it fails at once with a transient error, sending nothing. A request
+// without an answer keeps both keys busy for the quarantine.
+func (f *InFlight) Register(ctx context.Context, api ipamapi.Client, uid types.UID, reg *record.Registration, req ipamapi.Request) (*ipamapi.Response, error) {
+	keys := []string{identityKey + reg.Key()}
+	if req.Address != "" {
+		addr, err := ipamapi.CanonicalCIDR(req.Address)
+		if err != nil {
+			addr = req.Address
+		}
+		keys = append(keys, addressKey+record.HostKey(reg.Endpoint, reg.Zone, addr))
+	}
+	f.mu.Lock()
+	mono := f.monotonic()
+	for _, key := range keys {
+		if s := f.slots[key]; s != nil && s.busy(mono) {
+			f.mu.Unlock()
+			msg := "an earlier registration for this identity or address is still in flight"
+			if !s.out {
+				msg = "an earlier registration for this identity or address ended without an answer; waiting until " +
+					f.Now().Add(s.until-mono).UTC().Format(time.RFC3339) + " before sending another"
+			}
+			return nil, &ipamapi.Error{Op: "register", Class: ipamapi.ClassTransient, Message: msg, NotSent: true}
+		}
+	}
+	for _, key := range keys {
+		s := f.slot(key, reg.Endpoint)
+		s.by, s.attempt, s.out, s.answered, s.until = uid, reg.Attempt, true, false, mono+f.Quarantine
+	}
+	f.mu.Unlock()
+
+	res, err := api.Register(ctx, req)
+
+	var e *ipamapi.Error
+	lost := errors.As(err, &e) && e.Unknown
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	mono = f.monotonic()
+	for _, key := range keys {
+		s := f.slot(key, "")
+		s.out, s.answered, s.until = false, !lost, mono+f.Quarantine
+		if len(s.holders) == 0 && !lost {
+			delete(f.slots, key) // nobody to tell of the answer
+		}
+	}
+	return res, err
 }
 
 // Now reads the clock attempt times are compared in (waits are timed on the monotonic
@@ -125,74 +274,27 @@ func (f *InFlight) Now() time.Time {
 // AttemptTime is the time to record for a registration request sent now.
 func (f *InFlight) AttemptTime() time.Time { return f.Now().UTC() }
 
-// Forget drops what this process knows about a claim: its reservations and answers.
-func (f *InFlight) Forget(uid types.UID) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for _, key := range f.byClaim[uid] {
-		if rest := slices.DeleteFunc(f.reserved[key], func(r reservation) bool { return r.uid == uid }); len(rest) > 0 {
-			f.reserved[key] = rest
-		} else {
-			delete(f.reserved, key)
-		}
-	}
-	delete(f.byClaim, uid)
-	delete(f.answered, uid)
-	delete(f.waits, uid)
-	// A Go map keeps the room it grew to: after a burst of thousands of claims, empty
-	// maps are dropped so that their memory goes too.
-	if len(f.byClaim) == 0 {
-		f.reserved, f.byClaim = nil, nil
-	}
-	if len(f.answered) == 0 {
-		f.answered, f.pruneAbove = nil, 0
-	}
-	if len(f.waits) == 0 {
-		f.waits = nil
-	}
-}
-
-// SawAnswer records that the outcome of a claim's attempt is known (it was answered,
-// or never sent).
-func (f *InFlight) SawAnswer(uid types.UID, attempt time.Time) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.answered == nil {
-		f.answered = map[types.UID]time.Time{}
-	}
-	f.answered[uid] = attempt
-	delete(f.waits, uid)
-	if len(f.answered) > max(f.pruneAbove, minPruneAbove) {
-		// Answers older than the quarantine tell nothing any more.
-		now := f.Now()
-		for u, t := range f.answered {
-			if now.Sub(t) > f.Quarantine {
-				delete(f.answered, u)
-			}
-		}
-		f.pruneAbove = 2 * len(f.answered)
-	}
-}
-
 // MayResendUnder reports whether a request sent now may go under the claim's recorded
 // attempt time instead of a new one (saving the write of a new one): this process saw
-// the outcome of that attempt, and a request sent now ends (within timeout) before the
+// the answer to that attempt, and a request sent now ends (within timeout) before the
 // attempt's quarantine does, so a process that finds the record after a crash still
 // waits long enough. An attempt time ahead of the clock (it went back) is not reused.
-func (f *InFlight) MayResendUnder(uid types.UID, attempt time.Time, timeout time.Duration) bool {
-	if attempt.IsZero() || timeout <= 0 {
+func (f *InFlight) MayResendUnder(uid types.UID, reg *record.Registration, timeout time.Duration) bool {
+	if reg.Attempt.IsZero() || timeout <= 0 {
 		return false
 	}
 	f.mu.Lock()
-	seen, ok := f.answered[uid]
+	s := f.slots[identityKey+reg.Key()]
+	seen := s != nil && s.by == uid && s.attempt.Equal(reg.Attempt) && s.answered
 	f.mu.Unlock()
-	elapsed := f.Now().Sub(attempt)
-	return ok && seen.Equal(attempt) && elapsed >= 0 && elapsed+timeout < f.Quarantine
+	elapsed := f.Now().Sub(reg.Attempt)
+	return seen && elapsed >= 0 && elapsed+timeout < f.Quarantine
 }
 
-// MayStillBeInFlight reports for how long an earlier attempt of the claim, whose
-// outcome this process has not seen (it timed out, or another process or an earlier run
-// of this one sent it), may still be carried out by the IPAM-API (0: it is over).
+// MayStillBeInFlight reports for how long a request under the claim's identity may
+// still be carried out by the IPAM-API (0: none may): one of this process that got no
+// answer, another's that is out, or the claim's recorded attempt, if this process did
+// not see its answer (another process or an earlier run of this one sent it).
 //
 // The attempt time is wall-clock time (it is recorded on the claim, for any process),
 // but the wait is decided once, when this process first meets the attempt, and then
@@ -200,58 +302,47 @@ func (f *InFlight) MayResendUnder(uid types.UID, attempt time.Time, timeout time
 // nor cuts it. An attempt time ahead of the clock (written before the clock went back,
 // or by a host whose clock runs ahead) is waited out for one quarantine: the request
 // was sent before now all the same.
-func (f *InFlight) MayStillBeInFlight(uid types.UID, attempt time.Time) time.Duration {
-	if attempt.IsZero() {
+func (f *InFlight) MayStillBeInFlight(uid types.UID, reg *record.Registration) time.Duration {
+	if reg.Attempt.IsZero() {
 		return 0
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if seen, ok := f.answered[uid]; ok && seen.Equal(attempt) {
-		return 0
-	}
 	mono := f.monotonic()
-	w, ok := f.waits[uid]
-	if !ok || !w.attempt.Equal(attempt) {
-		w = f.setWait(uid, attempt, min(attempt.Add(f.Quarantine).Sub(f.Now()), f.Quarantine))
-	}
-	return max(w.deadline-mono, 0)
-}
-
-// Sending records that a request under attempt goes out now: until SawAnswer, a later
-// MayStillBeInFlight waits it out for one quarantine from now, timed on the monotonic
-// clock whatever the wall clock does meanwhile, and the claim's earlier answer no
-// longer counts (a resend that times out is waited out too).
-func (f *InFlight) Sending(uid types.UID, attempt time.Time) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	delete(f.answered, uid)
-	f.setWait(uid, attempt, f.Quarantine)
-}
-
-// setWait starts a wait of d for the claim's attempt, dropping waits that are over
-// once there are many. Callers hold mu.
-func (f *InFlight) setWait(uid types.UID, attempt time.Time, d time.Duration) wait {
-	mono := f.monotonic()
-	if f.waits == nil {
-		f.waits = map[types.UID]wait{}
-	}
-	if len(f.waits) > 4096 {
-		for u, old := range f.waits {
-			if old.deadline <= mono {
-				delete(f.waits, u)
-			}
+	s := f.slot(identityKey+reg.Key(), reg.Endpoint)
+	if s.by != uid || !s.attempt.Equal(reg.Attempt) {
+		if s.busy(mono) {
+			return s.until - mono
 		}
+		s.by, s.attempt, s.out, s.answered = uid, reg.Attempt, false, false
+		s.until = mono + min(reg.Attempt.Add(f.Quarantine).Sub(f.Now()), f.Quarantine)
 	}
-	w := wait{attempt: attempt, deadline: mono + d}
-	f.waits[uid] = w
-	return w
+	if !s.busy(mono) {
+		return 0
+	}
+	return s.until - mono
 }
 
-// wait is how long a process waits out an attempt whose answer it has not seen: until
-// deadline on its monotonic clock.
-type wait struct {
-	attempt  time.Time
-	deadline time.Duration
+// Pending counts, by IPAM-API host, the registrations out now and those that got no
+// answer and may still be carried out (quarantined), for metrics.
+func (f *InFlight) Pending() map[string]metrics.Pending {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	mono := f.monotonic()
+	out := map[string]metrics.Pending{}
+	for key, s := range f.slots {
+		if !strings.HasPrefix(key, identityKey) || !s.busy(mono) {
+			continue // the address of a registration is counted by its identity
+		}
+		p := out[s.host]
+		if s.out {
+			p.InFlight++
+		} else {
+			p.Quarantined++
+		}
+		out[s.host] = p
+	}
+	return out
 }
 
 // monotonic is the time since the first call, on the process's monotonic clock, which
@@ -263,10 +354,10 @@ func (f *InFlight) monotonic() time.Duration {
 	return time.Since(f.origin)
 }
 
-// Len is the number of identities reserved, answers remembered and waits kept (for
-// tests of pruning).
-func (f *InFlight) Len() (reserved, answered, waits int) {
+// Len is the number of keys this process keeps and of claims holding some (for tests
+// of pruning).
+func (f *InFlight) Len() (keys, claims int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return len(f.reserved), len(f.answered), len(f.waits)
+	return len(f.slots), len(f.byClaim)
 }

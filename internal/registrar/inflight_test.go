@@ -3,6 +3,8 @@ package registrar_test
 import (
 	"context"
 	"fmt"
+	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,7 +16,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/manager"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/metrics"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/record"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/registrar"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi/sim"
 )
 
 func claim(name string) *ipamv1.IPAddressClaim {
@@ -59,25 +65,118 @@ func TestInFlightReservations(t *testing.T) {
 	for _, x := range []*ipamv1.IPAddressClaim{a, b, c} {
 		f.Forget(x.UID)
 	}
-	reserved, answered, waits := f.Len()
-	g.Expect(reserved).To(Equal(0))
-	g.Expect(answered).To(Equal(0))
-	g.Expect(waits).To(Equal(0))
+	keys, claims := f.Len()
+	g.Expect(keys).To(Equal(0))
+	g.Expect(claims).To(Equal(0))
 }
 
+// standIn is the IPAM-API stand-in and a client of it with a one-second timeout.
+func standIn(t *testing.T) (*sim.Server, ipamapi.Client) {
+	t.Helper()
+	s := sim.New(sim.Config{})
+	srv := httptest.NewServer(s)
+	t.Cleanup(srv.Close)
+	c, err := ipamapi.NewClient(srv.URL, ipamapi.Options{Timeout: time.Second})
+	NewWithT(t).Expect(err).NotTo(HaveOccurred())
+	return s, c
+}
+
+const value = ipamapi.Secret("in-flight-test-value-1")
+
+// registration is a registration of service name in zone inet of the stand-in, with
+// address (may be empty) and attempt time.
+func registration(name, address string, attempt time.Time) *record.Registration {
+	return &record.Registration{Endpoint: "https://ipam.example", Zone: "inet", Family: ipamapi.FamilyIPv4, Address: address,
+		Attempt: attempt, Identity: ipamapi.Identity{ServiceName: name, NamespaceID: "ns-uid", ClusterID: "cluster-uid"}}
+}
+
+// register sends reg through f under uid.
+func register(f *registrar.InFlight, api ipamapi.Client, uid types.UID, reg *record.Registration) error {
+	_, err := f.Register(context.Background(), api, uid, reg, reg.Request(value))
+	return err
+}
+
+// No two registrations of one identity, nor of one address, are ever out at once, and
+// a registration whose answer was lost keeps both busy for the quarantine; the
+// metrics count both.
+func TestInFlightRegistersOneAtATime(t *testing.T) {
+	g := NewWithT(t)
+	s, api := standIn(t)
+	f := &registrar.InFlight{Quarantine: time.Hour}
+	g.Expect(s.SetLatency(200*time.Millisecond, 0)).To(Succeed())
+
+	var wg sync.WaitGroup
+	errs := make([]error, 8)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = register(f, api, types.UID(fmt.Sprint("u", i)), registration("same", "", time.Time{}))
+		}()
+	}
+	g.Eventually(func() metrics.Pending { return f.Pending()["ipam.example"] }).Should(Equal(metrics.Pending{InFlight: 1}))
+	wg.Wait()
+	ok := 0
+	for _, err := range errs {
+		if err == nil {
+			ok++
+			continue
+		}
+		g.Expect(ipamapi.IsTransient(err)).To(BeTrue())
+		g.Expect(err.Error()).To(ContainSubstring("still in flight"))
+	}
+	g.Expect(ok).To(BeNumerically(">=", 1))
+	g.Expect(s.HeldBy(sim.ServiceRef{ServiceName: "same", NamespaceID: "ns-uid", ClusterID: "cluster-uid"})).To(HaveLen(1))
+	g.Expect(s.Stats().OverlappingRegistrations).To(BeZero())
+	g.Expect(f.Pending()).To(BeEmpty())
+
+	// One address asked for by two identities at once: one of them waits.
+	for i, name := range []string{"a", "b"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = register(f, api, types.UID(name), registration(name, "83.118.168.77/32", time.Time{}))
+		}()
+	}
+	wg.Wait()
+	g.Expect(errs[:2]).To(ContainElement(MatchError(ContainSubstring("still in flight"))))
+	g.Expect(errs[:2]).To(ContainElement(BeNil()))
+
+	// An answer lost after the IPAM-API registered: the identity and the address are
+	// busy, other identities are not.
+	g.Expect(s.SetLatency(0, 0)).To(Succeed())
+	g.Expect(s.DropNext(sim.DropAfter, 1)).To(Succeed())
+	err := register(f, api, "lost", registration("lost", "83.118.168.78/32", time.Time{}))
+	g.Expect(ipamapi.IsTransient(err)).To(BeTrue())
+	err = register(f, api, "lost", registration("lost", "83.118.168.78/32", time.Time{}))
+	g.Expect(err).To(MatchError(ContainSubstring("ended without an answer; waiting until")))
+	err = register(f, api, "other", registration("other", "83.118.168.78/32", time.Time{}))
+	g.Expect(err).To(MatchError(ContainSubstring("ended without an answer")))
+	g.Expect(register(f, api, "other", registration("other", "", time.Time{}))).To(Succeed())
+	g.Expect(f.Pending()).To(Equal(map[string]metrics.Pending{"ipam.example": {Quarantined: 1}}))
+	g.Expect(s.Stats().OverlappingRegistrations).To(BeZero())
+}
+
+// An attempt whose answer this process never saw is waited out; one it saw answered,
+// or that was never sent, is not.
 func TestInFlightQuarantine(t *testing.T) {
 	g := NewWithT(t)
+	_, api := standIn(t)
 	f := &registrar.InFlight{Quarantine: time.Hour}
-	attempt := time.Now()
-	waiting := f.MayStillBeInFlight("u", attempt)
-	g.Expect(waiting).To(BeNumerically(">", 0), "an attempt whose answer this process never saw")
-	f.SawAnswer("u", attempt)
-	waiting = f.MayStillBeInFlight("u", attempt)
-	g.Expect(waiting).To(BeZero())
-	waiting = f.MayStillBeInFlight("u", attempt.Add(time.Second))
-	g.Expect(waiting).To(BeNumerically(">", 0), "a later attempt is another request")
-	waiting = f.MayStillBeInFlight("u", time.Time{})
-	g.Expect(waiting).To(BeZero(), "nothing was ever sent")
+	attempt := f.AttemptTime()
+	g.Expect(f.MayStillBeInFlight("u", registration("x", "", attempt))).To(BeNumerically(">", 0),
+		"an attempt whose answer this process never saw")
+	g.Expect(f.MayStillBeInFlight("u", registration("y", "", time.Time{}))).To(BeZero(), "nothing was ever sent")
+
+	v := claim("v")
+	_, ok := f.Reserve(context.Background(), registration("z", "", attempt).Key(), "", v)
+	g.Expect(ok).To(BeTrue())
+	g.Expect(register(f, api, v.UID, registration("z", "", attempt))).To(Succeed())
+	g.Expect(f.MayStillBeInFlight(v.UID, registration("z", "", attempt))).To(BeZero(), "its answer was seen")
+	g.Expect(f.MayStillBeInFlight(v.UID, registration("z", "", attempt.Add(time.Second)))).To(BeNumerically(">", 0),
+		"a later attempt is another request")
+	g.Expect(f.MayStillBeInFlight("w", registration("x", "", attempt))).To(BeNumerically(">", 0),
+		"another claim of the identity waits for the request too")
 }
 
 // Attempt times are wall-clock times, recorded on claims, but a process decides how
@@ -90,38 +189,54 @@ func TestInFlightClockJumps(t *testing.T) {
 	attempt := f.AttemptTime()
 	g.Expect(attempt).To(Equal(t0))
 
-	waiting := f.MayStillBeInFlight("u", attempt)
-	g.Expect(waiting).To(BeNumerically(">", 0))
+	waiting := f.MayStillBeInFlight("u", registration("u", "", attempt))
 	g.Expect(waiting).To(BeNumerically("~", 20*time.Second, time.Second))
 
 	// Back an hour: the wait begun goes on for its 20 s, not for an hour more.
 	clock.SetTime(t0.Add(-time.Hour))
-	waiting = f.MayStillBeInFlight("u", attempt)
-	g.Expect(waiting).To(BeNumerically(">", 0))
+	waiting = f.MayStillBeInFlight("u", registration("u", "", attempt))
 	g.Expect(waiting).To(BeNumerically("~", 20*time.Second, time.Second), "waits for as long as the clock went back")
 	// An attempt ahead of the clock, first met now, is waited out for one quarantine.
-	waiting = f.MayStillBeInFlight("v", attempt)
-	g.Expect(waiting).To(BeNumerically(">", 0))
+	waiting = f.MayStillBeInFlight("v", registration("v", "", attempt))
 	g.Expect(waiting).To(BeNumerically("~", 20*time.Second, time.Second))
 
 	// Forward an hour: the wait begun is not cut short; an attempt first met now is
 	// long over.
 	clock.SetTime(t0.Add(time.Hour))
-	waiting = f.MayStillBeInFlight("u", attempt)
+	waiting = f.MayStillBeInFlight("u", registration("u", "", attempt))
 	g.Expect(waiting).To(BeNumerically(">", 0), "a jump forward cut the wait short")
-	waiting = f.MayStillBeInFlight("w", attempt)
+	waiting = f.MayStillBeInFlight("w", registration("w", "", attempt))
 	g.Expect(waiting).To(BeZero())
+}
 
-	// Resending under a seen attempt: only while it is fresh, never once the clock is
-	// behind it.
-	f.SawAnswer("u", attempt)
-	waiting = f.MayStillBeInFlight("u", attempt)
-	g.Expect(waiting).To(BeZero(), "its answer was seen")
-	g.Expect(f.MayResendUnder("u", attempt, time.Second)).To(BeFalse(), "too old to resend under")
+// A request may go again under an attempt time whose answer this process saw, only
+// while the attempt is fresh, and never once the clock is behind it.
+func TestInFlightMayResendUnder(t *testing.T) {
+	g := NewWithT(t)
+	_, api := standIn(t)
+	t0, clock, f := clockedInFlight()
+	reg := registration("u", "", f.AttemptTime())
+	g.Expect(f.MayResendUnder("u", reg, time.Second)).To(BeFalse(), "no answer seen")
+	g.Expect(register(f, api, "u", reg)).To(Succeed())
+	g.Expect(f.MayResendUnder("u", reg, time.Second)).To(BeFalse(), "nobody holds the identity: its answer is not kept")
+	_, ok := f.Reserve(context.Background(), reg.Key(), "", claim("u"))
+	g.Expect(ok).To(BeTrue())
+	g.Expect(register(f, api, claim("u").UID, reg)).To(Succeed())
+	g.Expect(f.MayResendUnder(claim("u").UID, reg, time.Second)).To(BeTrue())
+	g.Expect(f.MayResendUnder("another", reg, time.Second)).To(BeFalse())
+	clock.SetTime(t0.Add(time.Hour))
+	g.Expect(f.MayResendUnder(claim("u").UID, reg, time.Second)).To(BeFalse(), "too old to resend under")
 	clock.SetTime(t0.Add(-time.Hour))
-	g.Expect(f.MayResendUnder("u", attempt, time.Second)).To(BeFalse(), "an attempt time ahead of the clock is reused")
+	g.Expect(f.MayResendUnder(claim("u").UID, reg, time.Second)).To(BeFalse(), "an attempt time ahead of the clock is reused")
 	clock.SetTime(t0.Add(5 * time.Second))
-	g.Expect(f.MayResendUnder("u", attempt, time.Second)).To(BeTrue())
+	g.Expect(f.MayResendUnder(claim("u").UID, reg, time.Second)).To(BeTrue())
+
+	// Bound: the answer is forgotten, and nothing is kept busy.
+	f.Forget(claim("u").UID)
+	g.Expect(f.MayResendUnder(claim("u").UID, reg, time.Second)).To(BeFalse())
+	keys, claims := f.Len()
+	g.Expect(keys).To(BeZero())
+	g.Expect(claims).To(BeZero())
 }
 
 // A wait ends once its time has passed on the monotonic clock, whatever the wall clock
@@ -130,69 +245,69 @@ func TestInFlightWaitEnds(t *testing.T) {
 	g := NewWithT(t)
 	t0, clock, f := clockedInFlight()
 	f.Quarantine = 50 * time.Millisecond
-	waiting := f.MayStillBeInFlight("u", t0)
+	waiting := f.MayStillBeInFlight("u", registration("u", "", t0))
 	g.Expect(waiting).To(BeNumerically(">", 0))
 	clock.SetTime(t0.Add(-time.Hour)) // the wall clock stands still, behind
 	time.Sleep(60 * time.Millisecond)
-	waiting = f.MayStillBeInFlight("u", t0)
+	waiting = f.MayStillBeInFlight("u", registration("u", "", t0))
 	g.Expect(waiting).To(BeZero())
 }
 
-// A request this process sends is waited out on the monotonic clock from the moment it
-// goes out, until its answer is seen: a jump forward before the next reconcile does not
-// end the wait, and a resend under an attempt whose earlier answer was seen is waited
-// out too. Forget and SawAnswer end the wait.
-func TestInFlightSending(t *testing.T) {
+// A request this process sends without an answer is waited out on the monotonic clock
+// until the quarantine from its end has passed: a jump forward of the wall clock does
+// not end the wait. Forget keeps it too: the claim may be gone, the request not.
+func TestInFlightLostAnswer(t *testing.T) {
 	g := NewWithT(t)
+	s, api := standIn(t)
 	t0, clock, f := clockedInFlight()
-	attempt := f.AttemptTime()
-	f.Sending("u", attempt)
-	clock.SetTime(t0.Add(time.Hour)) // the request timed out; the clock jumped meanwhile
-	waiting := f.MayStillBeInFlight("u", attempt)
-	g.Expect(waiting).To(BeNumerically(">", 0), "a jump forward ended the wait for a request this process sent")
-
-	f.SawAnswer("u", attempt)
-	waiting = f.MayStillBeInFlight("u", attempt)
-	g.Expect(waiting).To(BeZero())
-
-	// Resent under the same attempt, and this time no answer.
-	f.Sending("u", attempt)
-	waiting = f.MayStillBeInFlight("u", attempt)
-	g.Expect(waiting).To(BeNumerically(">", 0), "the earlier answer counted for the resend")
-	g.Expect(f.MayResendUnder("u", attempt, time.Second)).To(BeFalse())
-
+	f.Quarantine = 300 * time.Millisecond
+	reg := registration("u", "", f.AttemptTime())
+	g.Expect(s.DropNext(sim.DropAfter, 1)).To(Succeed())
+	g.Expect(register(f, api, "u", reg)).NotTo(Succeed())
+	clock.SetTime(t0.Add(time.Hour))
+	g.Expect(f.MayStillBeInFlight("u", reg)).To(BeNumerically(">", 0), "a jump forward ended the wait for a request this process sent")
 	f.Forget("u")
-	_, answered, waits := f.Len()
-	g.Expect(answered).To(BeZero())
-	g.Expect(waits).To(BeZero())
+	g.Expect(f.MayStillBeInFlight("u", reg)).To(BeNumerically(">", 0), "Forget ended the wait")
+	g.Eventually(func() time.Duration { return f.MayStillBeInFlight("u", reg) }).Should(BeZero())
+	g.Expect(register(f, api, "u", reg)).To(Succeed())
+	g.Expect(f.MayStillBeInFlight("u", reg)).To(BeZero())
+	f.Forget("u")
 }
 
-// clockedInFlight is an in-flight set with a 20 s quarantine on a fake wall clock at t0.
+// clockedInFlight is an in-flight table with a 20 s quarantine on a fake wall clock at
+// t0.
 func clockedInFlight() (time.Time, *clocktesting.FakePassiveClock, *registrar.InFlight) {
 	t0 := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 	clock := clocktesting.NewFakePassiveClock(t0)
 	return t0, clock, &registrar.InFlight{Quarantine: 20 * time.Second, Clock: clock}
 }
 
-// Answers older than the quarantine are pruned once thousands are remembered, with one
-// pass over them each time their number doubles, not one on every answer of a burst.
-func TestInFlightPrunesOldAnswersOncePerDoubling(t *testing.T) {
+// Keys that tell nothing any more (nobody holds them, their wait is over) are pruned
+// once thousands are kept, with one pass each time their number doubles, not one on
+// every request of a burst; held keys stay.
+func TestInFlightPrunesOncePerDoubling(t *testing.T) {
 	g := NewWithT(t)
-	t0, clock, f := clockedInFlight()
-	answer := func(from, to int) {
+	t0, _, f := clockedInFlight()
+	ctx := context.Background()
+	keys := func() int { k, _ := f.Len(); return k }
+	hold := func(from, to int) {
 		for i := from; i < to; i++ {
-			f.SawAnswer(types.UID(fmt.Sprint("u", i)), clock.Now())
+			_, ok := f.Reserve(ctx, fmt.Sprint("held", i), "", claim(fmt.Sprint("c", i)))
+			g.Expect(ok).To(BeTrue())
 		}
 	}
-	answered := func() int { _, a, _ := f.Len(); return a }
-
-	answer(0, 4097) // a pass, with nothing old enough to go
-	g.Expect(answered()).To(Equal(4097))
-	clock.SetTime(t0.Add(30 * time.Second))
-	answer(4097, 8194)
-	g.Expect(answered()).To(Equal(8194), "no pass before the number doubled")
-	answer(8194, 8195)
-	g.Expect(answered()).To(Equal(8195-4097), "the pass dropped every answer older than the quarantine")
-	f.SawAnswer("u0", clock.Now())
-	g.Expect(f.MayResendUnder("u0", clock.Now(), time.Second)).To(BeTrue(), "a fresh answer is remembered")
+	over := func(from, to int) { // waits met long after their attempt: over at once
+		for i := from; i < to; i++ {
+			g.Expect(f.MayStillBeInFlight("u", registration(fmt.Sprint("over", i), "", t0.Add(-time.Hour)))).To(BeZero())
+		}
+	}
+	hold(0, 3000)
+	over(0, 1097)
+	g.Expect(keys()).To(Equal(4097))
+	over(1097, 1098) // a pass, before the 4098th
+	g.Expect(keys()).To(Equal(3001))
+	over(1098, 4098)
+	g.Expect(keys()).To(Equal(6001), "no pass before the number doubled")
+	hold(3000, 3001)
+	g.Expect(keys()).To(Equal(3001), "the pass dropped every key that told nothing")
 }

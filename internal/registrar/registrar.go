@@ -20,7 +20,7 @@ import (
 )
 
 // Registrar is shared by the controllers: the cached client, the Secrets, the IPAM-API
-// clients, the in-flight set and the configuration.
+// clients, the in-flight table and the configuration.
 type Registrar struct {
 	// Client is the manager's (cached) client.
 	Client client.Client
@@ -32,7 +32,7 @@ type Registrar struct {
 	Clients ClientFactory
 	// Config is the manager's configuration.
 	Config Config
-	// InFlight keeps requests for one identity from overlapping.
+	// InFlight keeps requests for one identity or address from overlapping.
 	InFlight *InFlight
 	// Wake carries claims to the claim controller from outside its own watches: the
 	// Secret protector wakes the claims that wait for it (never from an event handler).

@@ -236,49 +236,6 @@ func TestTLSWithCustomCA(t *testing.T) {
 	g.Expect(err).To(MatchError(ContainSubstring("no PEM certificate")))
 }
 
-// The serialised client never lets two registrations of one identity be in flight,
-// and holds an identity back after a registration whose outcome is unknown.
-func TestSerializedClient(t *testing.T) {
-	g := NewWithT(t)
-	s, hc := standIn(t)
-	c := ipamapi.NewSerialized(hc, "sim", 3*time.Second)
-	g.Expect(s.SetLatency(200*time.Millisecond, 0)).To(Succeed())
-
-	var wg sync.WaitGroup
-	errs := make([]error, 8)
-	for i := range errs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, errs[i] = c.Register(context.Background(), req("same", "inet", ipamapi.FamilyIPv4, ""))
-		}()
-	}
-	wg.Wait()
-	ok := 0
-	for _, err := range errs {
-		if err == nil {
-			ok++
-			continue
-		}
-		g.Expect(ipamapi.IsTransient(err)).To(BeTrue())
-		g.Expect(err.Error()).To(ContainSubstring("still in flight"))
-	}
-	g.Expect(ok).To(BeNumerically(">=", 1))
-	g.Expect(s.HeldBy(sim.ServiceRef{ServiceName: "same", NamespaceID: "ns-uid", ClusterID: "cluster-uid"})).To(HaveLen(1))
-	g.Expect(s.Stats().OverlappingRegistrations).To(BeZero())
-
-	// An answer lost after the server registered: the identity is held back.
-	s.ClearFaults()
-	g.Expect(s.DropNext(sim.DropAfter, 1)).To(Succeed())
-	_, err := c.Register(context.Background(), req("lost", "inet", ipamapi.FamilyIPv4, ""))
-	g.Expect(ipamapi.IsTransient(err)).To(BeTrue())
-	_, err = c.Register(context.Background(), req("lost", "inet", ipamapi.FamilyIPv4, ""))
-	g.Expect(err).To(MatchError(ContainSubstring("ended without an answer; waiting until")))
-	// Other identities are not held back.
-	_, err = c.Register(context.Background(), req("other", "inet", ipamapi.FamilyIPv4, ""))
-	g.Expect(err).NotTo(HaveOccurred())
-}
-
 func TestCanonicalCIDR(t *testing.T) {
 	for in, want := range map[string]string{
 		"10.0.0.1": "10.0.0.1/32", "10.0.0.1/32": "10.0.0.1/32", " 2a05:1234::1 ": "2a05:1234::1/128",
@@ -482,9 +439,7 @@ func TestBackendFailuresOfTheStandIn(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 }
 
-// Every request sent is observed once, with what it was for and its outcome; one the
-// serialised client holds back is not sent, so not observed. Pending counts the
-// registrations in flight and the identities held back.
+// Every request sent is observed once, with what it was for and its outcome.
 func TestObservedRequests(t *testing.T) {
 	g := NewWithT(t)
 	s := sim.New(sim.Config{})
@@ -492,13 +447,12 @@ func TestObservedRequests(t *testing.T) {
 	t.Cleanup(srv.Close)
 	var seen []string
 	var mu sync.Mutex
-	hc, err := ipamapi.NewClient(srv.URL, ipamapi.Options{Timeout: time.Second, Observe: func(op ipamapi.Operation, err error, _ time.Duration) {
+	c, err := ipamapi.NewClient(srv.URL, ipamapi.Options{Timeout: time.Second, Observe: func(op ipamapi.Operation, err error, _ time.Duration) {
 		mu.Lock()
 		defer mu.Unlock()
 		seen = append(seen, string(op)+" "+ipamapi.Outcome(err))
 	}})
 	g.Expect(err).NotTo(HaveOccurred())
-	c := ipamapi.NewSerialized(hc, "sim", time.Minute)
 	ctx := context.Background()
 
 	res, err := c.Register(ctx, req("a", "inet", ipamapi.FamilyIPv4, ""))
@@ -514,27 +468,6 @@ func TestObservedRequests(t *testing.T) {
 	g.Expect(s.DropNext(sim.DropAfter, 1)).To(Succeed())
 	_, err = c.Register(ctx, req("lost", "inet", ipamapi.FamilyIPv4, ""))
 	g.Expect(ipamapi.IsTransient(err)).To(BeTrue())
-	_, err = c.Register(ctx, req("lost", "inet", ipamapi.FamilyIPv4, "")) // held back: not sent
-	g.Expect(err).To(MatchError(ContainSubstring("ended without an answer")))
 
 	g.Expect(seen).To(Equal([]string{"register success", "rotate success", "release not_held", "probe validation", "register transient"}))
-	inFlight, quarantined := c.Pending()
-	g.Expect(inFlight).To(BeZero())
-	g.Expect(quarantined).To(Equal(1))
-
-	g.Expect(s.SetLatency(300*time.Millisecond, 0)).To(Succeed())
-	done := make(chan error)
-	go func() { _, err := c.Register(ctx, req("slow", "inet", ipamapi.FamilyIPv4, "")); done <- err }()
-	g.Eventually(func() int { n, _ := c.Pending(); return n }).Should(Equal(1))
-	g.Expect(<-done).NotTo(HaveOccurred())
-	inFlight, _ = c.Pending()
-	g.Expect(inFlight).To(BeZero())
-	// A holder named "address" that asks for an address is one registration in flight,
-	// like any other.
-	go func() {
-		_, err := c.Register(ctx, req("address", "inet", ipamapi.FamilyIPv4, "83.118.168.77/32"))
-		done <- err
-	}()
-	g.Eventually(func() int { n, _ := c.Pending(); return n }).Should(Equal(1))
-	g.Expect(<-done).NotTo(HaveOccurred())
 }

@@ -91,8 +91,6 @@ func ClassOf(err error) Class {
 	return ""
 }
 
-func asError(err error, target **Error) bool { return errors.As(err, target) }
-
 // IsTransient reports whether err is worth retrying unchanged: ClassTransient and
 // ClassBackendFailing. ClassNoPrefixes is not included; the caller decides (see there).
 func IsTransient(err error) bool {

@@ -55,7 +55,7 @@ func (h *Handler) allocate(ctx context.Context, address *ipamv1.IPAddress) outco
 	// Two requests without an address in flight at once would each allocate one (with
 	// an address they name the same one, so only those are held back). A claim that
 	// was bound had its request answered.
-	if left := h.InFlight.MayStillBeInFlight(h.claim.UID, reg.Attempt); left > 0 && reg.Address == "" && !h.wasBound() {
+	if left := h.mayStillBeInFlight(reg); reg.Address == "" && left > 0 {
 		return failed(ipamv1.IPAddressClaimReadyAllocationFailedReason,
 			fmt.Sprintf("an earlier registration request may still be in flight in the IPAM-API; the next is sent after %s",
 				h.after(left))).retryIn(left)
@@ -139,11 +139,7 @@ func (h *Handler) send(ctx context.Context, api ipamapi.Client, sec *registrar.S
 	if stop = h.writePending(ctx, reg, sec); stop != nil {
 		return s, stop
 	}
-	h.InFlight.Sending(h.claim.UID, reg.Attempt)
-	s.res, s.err = api.Register(ctx, reg.Request(sec.Value))
-	if answered(s.err) {
-		h.InFlight.SawAnswer(h.claim.UID, reg.Attempt)
-	}
+	s.res, s.err = h.InFlight.Register(ctx, api, h.claim.UID, reg, reg.Request(sec.Value))
 	return s, nil
 }
 
@@ -162,7 +158,7 @@ func (h *Handler) writePending(ctx context.Context, reg *record.Registration, se
 			return o
 		}
 	}
-	if ready && (!written || !h.InFlight.MayResendUnder(h.claim.UID, reg.Attempt, h.Config.RequestTimeout)) {
+	if ready && (!written || !h.InFlight.MayResendUnder(h.claim.UID, reg, h.Config.RequestTimeout)) {
 		// The request about to go out may not go under the recorded attempt time (which
 		// would save a write): its outcome is unknown, or it is too old.
 		reg.Attempt, written = h.InFlight.AttemptTime(), false
@@ -322,14 +318,4 @@ func provesNothingHeld(err error) bool {
 func unknownOutcome(err error) bool {
 	var e *ipamapi.Error
 	return errors.As(err, &e) && e.Unknown
-}
-
-// answered reports whether a request's outcome is known: it got an answer, or it was
-// never sent. Only then may the next request for the identity go out at once.
-func answered(err error) bool {
-	var e *ipamapi.Error
-	if err == nil || !errors.As(err, &e) {
-		return true
-	}
-	return !e.Unknown && !e.NotSent
 }

@@ -151,7 +151,7 @@ func (h *Handler) bound(ctx context.Context, address *ipamv1.IPAddress) outcome 
 	}
 	req := rec.Request(owner.Value)
 	req.RetentionPeriodDays, req.DenyExternalCleanup = c.want.RetentionPeriodDays, c.want.DenyExternalCleanup
-	if _, err := api.Register(ctx, req); err != nil {
+	if _, err := h.InFlight.Register(ctx, api, h.claim.UID, rec, req); err != nil {
 		return transient(err)
 	}
 	rec.RetentionPeriodDays, rec.DenyExternalCleanup = c.want.RetentionPeriodDays, c.want.DenyExternalCleanup
@@ -244,7 +244,7 @@ func (h *Handler) rotate(ctx context.Context, address *ipamv1.IPAddress, rec, wa
 	req := rec.Request(old.Value)
 	req.NewSecret = next.Value
 	req.RetentionPeriodDays, req.DenyExternalCleanup = want.RetentionPeriodDays, want.DenyExternalCleanup
-	if _, err := api.Register(ctx, req); err != nil {
+	if _, err := h.InFlight.Register(ctx, api, h.claim.UID, rec, req); err != nil {
 		if ipamapi.ClassOf(err) == ipamapi.ClassRotationRefused {
 			return refusedRotation(fmt.Sprintf("the IPAM-API refused to give %s the secret %s (%v): the address is shared by several "+
 				"services or held by another, so it keeps the secret %s", rec.Address, want.Secret, err, rec.Secret), true)
@@ -307,7 +307,7 @@ func (h *Handler) ownedBy(ctx context.Context, rec *record.Registration, ref rec
 		// Its answer would be ambiguous with another value, or unprotected: wait.
 		return false, errors.Errorf("Secret %s/%s is not protected with an unchanged value; waiting", ref.Namespace, ref.Name)
 	}
-	_, err = api.Register(ctx, rec.Request(sec.Value))
+	_, err = h.InFlight.Register(ctx, api, h.claim.UID, rec, rec.Request(sec.Value))
 	switch {
 	case err == nil:
 		return true, nil

@@ -90,18 +90,14 @@ func (h *Handler) release(ctx context.Context) outcome {
 		// certainly ended (a release before it lands would find nothing, and it would
 		// then register the address for good).
 		reg.RetentionPeriodDays = 0
-		if left := h.InFlight.MayStillBeInFlight(h.claim.UID, reg.Attempt); left > 0 {
+		if left := h.mayStillBeInFlight(reg); left > 0 {
 			return releaseWaits(fmt.Sprintf("an earlier registration request may still be in flight; releasing after %s",
 				h.after(left)), left)
 		}
 	}
 	if reg.Address == "" {
 		// Send it again to learn the address (the IPAM-API returns the held one).
-		h.InFlight.Sending(h.claim.UID, reg.Attempt)
-		res, err := api.Register(ctx, reg.Request(sec.Value))
-		if answered(err) {
-			h.InFlight.SawAnswer(h.claim.UID, reg.Attempt)
-		}
+		res, err := h.InFlight.Register(ctx, api, h.claim.UID, reg, reg.Request(sec.Value))
 		switch {
 		case err != nil && provesNothingHeld(err):
 			return h.released(ctx, reg, "Dropped a registration record: the IPAM-API proved that nothing was held under it")
@@ -140,6 +136,16 @@ func (h *Handler) release(ctx context.Context) outcome {
 // and never cleared), so its record's request was answered and the address accepted as
 // its own, whatever the record (a pending one stays on the claim) says.
 func (h *Handler) wasBound() bool { return h.claim.Status.AddressRef.Name != "" }
+
+// mayStillBeInFlight is for how long a request under the claim's identity may still
+// be carried out by the IPAM-API (registrar.InFlight.MayStillBeInFlight); a claim that
+// was bound had its own request answered.
+func (h *Handler) mayStillBeInFlight(reg *record.Registration) time.Duration {
+	if h.wasBound() {
+		return 0
+	}
+	return h.InFlight.MayStillBeInFlight(h.claim.UID, reg)
+}
 
 func orPending(a string) string {
 	if a == "" {

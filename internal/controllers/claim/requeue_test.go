@@ -32,9 +32,8 @@ func (c *flipClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
 func TestAWaitComesBackWhenItEndsWhateverTheClock(t *testing.T) {
 	w := newWorld(t)
 	w.cfg.Clock = &flipClock{}
-	// A lost answer is waited out twice over: by the claim (the quarantine) and by the
-	// IPAM-API client (twice the request timeout from the request's end). Short, and as
-	// in a manager, the same.
+	// A lost answer is waited out for the quarantine (in a manager, twice the request
+	// timeout): short here.
 	w.cfg.RequestTimeout, w.cfg.QuarantineTime = time.Second, 2*time.Second
 	w.start()
 	pools(w)

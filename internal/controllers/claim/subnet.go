@@ -247,7 +247,7 @@ func (h *Handler) allocateInSubnet(ctx context.Context, address *ipamv1.IPAddres
 		if o := h.checkIdentityFree(ctx, reg); o != nil {
 			return *o
 		}
-		if left := h.InFlight.MayStillBeInFlight(h.claim.UID, reg.Attempt); left > 0 && !h.wasBound() {
+		if left := h.mayStillBeInFlight(reg); left > 0 {
 			return failed(ipamv1.IPAddressClaimReadyAllocationFailedReason, fmt.Sprintf("an earlier registration of %s may still be in "+
 				"flight in the IPAM-API; the next is sent after %s", reg.Address, h.after(left))).retryIn(left)
 		}

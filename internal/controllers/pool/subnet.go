@@ -45,7 +45,7 @@ func (r *Reconciler) checkSubnet(ctx context.Context, pool ipamv1alpha1.Pool, t 
 		ctrl.LoggerFrom(ctx).Error(err, "Not checking the pool's subnet against its zone")
 		return nil, false
 	}
-	_, err = api.Register(ipamapi.WithOperation(ctx, ipamapi.OpProbe), probe.Request(secret))
+	_, err = r.InFlight.Register(ipamapi.WithOperation(ctx, ipamapi.OpProbe), api, pool.GetUID(), &probe, probe.Request(secret))
 	class := ipamapi.ClassOf(err)
 	if class != ipamapi.ClassNotInZone && class != ipamapi.ClassWrongSecret && class != ipamapi.ClassValidation {
 		// Registered, or perhaps registered: given back before the record goes.
