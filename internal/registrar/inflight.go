@@ -68,8 +68,8 @@ type slot struct {
 	by            types.UID
 	attempt       time.Time
 	out, answered bool
-	// until is when the request, if unanswered, can no longer be carried out (answered:
-	// until when the answer is remembered), on the monotonic clock.
+	// until is, on the monotonic clock, when the request, if unanswered, can no longer
+	// be carried out. An answered request is remembered while a claim holds the key.
 	until time.Duration
 }
 
@@ -230,12 +230,12 @@ func (f *InFlight) Register(ctx context.Context, api ipamapi.Client, uid types.U
 	mono := f.monotonic()
 	for _, key := range keys {
 		if s := f.slots[key]; s != nil && s.busy(mono) {
-			f.mu.Unlock()
 			msg := "an earlier registration for this identity or address is still in flight"
 			if !s.out {
 				msg = "an earlier registration for this identity or address ended without an answer; waiting until " +
 					f.Now().Add(s.until-mono).UTC().Format(time.RFC3339) + " before sending another"
 			}
+			f.mu.Unlock()
 			return nil, &ipamapi.Error{Op: "register", Class: ipamapi.ClassTransient, Message: msg, NotSent: true}
 		}
 	}
@@ -245,21 +245,27 @@ func (f *InFlight) Register(ctx context.Context, api ipamapi.Client, uid types.U
 	}
 	f.mu.Unlock()
 
+	lost := true // a call that panics counts as one whose answer was lost
+	defer func() { f.ended(keys, lost) }()
 	res, err := api.Register(ctx, req)
-
 	var e *ipamapi.Error
-	lost := errors.As(err, &e) && e.Unknown
+	lost = errors.As(err, &e) && e.Unknown
+	return res, err
+}
+
+// ended records the end of a request under keys: answered, or lost (busy for the
+// quarantine from now).
+func (f *InFlight) ended(keys []string, lost bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	mono = f.monotonic()
+	mono := f.monotonic()
 	for _, key := range keys {
-		s := f.slot(key, "")
+		s := f.slots[key] // busy while out: neither Forget nor prune dropped it
 		s.out, s.answered, s.until = false, !lost, mono+f.Quarantine
 		if len(s.holders) == 0 && !lost {
 			delete(f.slots, key) // nobody to tell of the answer
 		}
 	}
-	return res, err
 }
 
 // Now reads the clock attempt times are compared in (waits are timed on the monotonic

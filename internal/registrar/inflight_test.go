@@ -274,6 +274,33 @@ func TestInFlightLostAnswer(t *testing.T) {
 	f.Forget("u")
 }
 
+// While a request is out, forgetting its claim does not free its keys: another request
+// under them is held back until the answer comes, and the keys go with the answer. A
+// wait begun for an attempt met on a claim's record holds requests back too.
+func TestInFlightForgetWhileOut(t *testing.T) {
+	g := NewWithT(t)
+	s, api := standIn(t)
+	f := &registrar.InFlight{Quarantine: time.Hour}
+	g.Expect(s.SetLatency(300*time.Millisecond, 0)).To(Succeed())
+	c, reg := claim("u"), registration("u", "83.118.168.79/32", time.Time{})
+	_, ok := f.Reserve(context.Background(), reg.Key(), reg.Address, c)
+	g.Expect(ok).To(BeTrue())
+	done := make(chan error)
+	go func() { done <- register(f, api, c.UID, reg) }()
+	g.Eventually(func() metrics.Pending { return f.Pending()["ipam.example"] }).Should(Equal(metrics.Pending{InFlight: 1}))
+	f.Forget(c.UID)
+	g.Expect(register(f, api, "v", registration("v", reg.Address, time.Time{}))).To(MatchError(ContainSubstring("still in flight")))
+	g.Expect(register(f, api, "v", registration("u", "", time.Time{}))).To(MatchError(ContainSubstring("still in flight")))
+	g.Expect(<-done).To(Succeed())
+	keys, claims := f.Len()
+	g.Expect(keys).To(BeZero())
+	g.Expect(claims).To(BeZero())
+
+	g.Expect(f.MayStillBeInFlight("w", registration("met", "", f.AttemptTime()))).To(BeNumerically(">", 0))
+	g.Expect(register(f, api, "w", registration("met", "", time.Time{}))).To(MatchError(ContainSubstring("without an answer")))
+	g.Expect(s.Stats().Total(sim.RouteRegister)).To(Equal(1))
+}
+
 // clockedInFlight is an in-flight table with a 20 s quarantine on a fake wall clock at
 // t0.
 func clockedInFlight() (time.Time, *clocktesting.FakePassiveClock, *registrar.InFlight) {

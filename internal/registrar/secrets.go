@@ -3,15 +3,11 @@ package registrar
 import (
 	"context"
 	"crypto/rand"
-	"fmt"
 	"math/big"
 	"strconv"
-	"sync"
-	"time"
 	"unicode/utf8"
 
 	"github.com/pkg/errors"
-	"golang.org/x/sync/singleflight"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -97,115 +93,6 @@ type Secrets struct {
 	Default types.NamespacedName
 	// Protected is what the Secret protector last made sure of.
 	Protected Protected
-
-	recentMu sync.Mutex
-	recent   map[record.ObjectRef]recentRead
-	// epochs counts, by Secret, the times its reads were forgotten: a read that began
-	// before is not remembered.
-	epochs map[types.NamespacedName]uint64
-	reads  singleflight.Group
-}
-
-// recentRead is a read of a Secret that found it ready for registrations.
-type recentRead struct {
-	secret Secret
-	at     time.Time
-}
-
-// recentReadAge is how long a read that found a Secret ready serves the
-// registrations and releases of other claims (GetRecent): a burst of claims under one
-// Secret reads it a few times a second, not once per claim.
-const recentReadAge = time.Second
-
-// GetRecent is Get for registrations and releases: a read of the same Secret key that
-// found it ready (protected, fingerprinted with its value, not being deleted) less
-// than a second ago, or the Secret protector's when it protected the key (Remember),
-// is used again instead of another GET, and claims that miss at the same moment share
-// one GET. Anything else is read. A value changed within that second
-// is seen a moment later: a registration until then goes under the value the
-// fingerprint names, and a release uses the value the address was registered under.
-func (s *Secrets) GetRecent(ctx context.Context, ref record.ObjectRef, createDefault bool) (*Secret, error) {
-	s.recentMu.Lock()
-	r, ok := s.recent[ref]
-	s.recentMu.Unlock()
-	if ok && time.Since(r.at) < recentReadAge {
-		sec := r.secret
-		return &sec, nil
-	}
-	v, err, _ := s.reads.Do(fmt.Sprintf("%s/%s/%s/%t", ref.Namespace, ref.Name, ref.Key, createDefault), func() (any, error) {
-		epoch := s.epoch(ref.ObjectKey())
-		sec, err := s.Get(ctx, ref, createDefault)
-		if err == nil {
-			s.remember(sec, epoch)
-		}
-		return sec, err
-	})
-	if err != nil {
-		return nil, err
-	}
-	sec := *v.(*Secret) // a copy each: callers may change theirs
-	return &sec, nil
-}
-
-// Remember serves GetRecent, for a second, with what the API server answered the
-// Secret protector about a Secret it protected: the claims it wakes go on without
-// reading it again. Only the keys given (the ready ones) are served from it; every
-// earlier read of the Secret is forgotten, as is any read still under way, so a
-// Secret the protector let go (and that may be deleted or changed a moment later) is
-// read again.
-func (s *Secrets) Remember(sec *corev1.Secret, keys []string) {
-	epoch := s.forget(types.NamespacedName{Namespace: sec.Namespace, Name: sec.Name})
-	for _, k := range keys {
-		if out, err := secretFrom(record.ObjectRef{Namespace: sec.Namespace, Name: sec.Name, Key: k}, sec); err == nil {
-			s.remember(out, epoch)
-		}
-	}
-}
-
-// epoch is the Secret's count of forgotten reads.
-func (s *Secrets) epoch(secret types.NamespacedName) uint64 {
-	s.recentMu.Lock()
-	defer s.recentMu.Unlock()
-	return s.epochs[secret]
-}
-
-// Forget drops the reads of the Secret GetRecent would use, and those under way: the
-// protector may have let it go, and it may be deleted or changed a moment later.
-func (s *Secrets) Forget(secret types.NamespacedName) { s.forget(secret) }
-
-// forget is Forget; it returns the new epoch.
-func (s *Secrets) forget(secret types.NamespacedName) uint64 {
-	s.recentMu.Lock()
-	defer s.recentMu.Unlock()
-	for ref := range s.recent {
-		if ref.ObjectKey() == secret {
-			delete(s.recent, ref)
-		}
-	}
-	if s.epochs == nil {
-		// Never emptied: a read under way across an emptying could meet its epoch again.
-		// One entry per Secret the protector looked at.
-		s.epochs = map[types.NamespacedName]uint64{}
-	}
-	s.epochs[secret]++
-	return s.epochs[secret]
-}
-
-// remember keeps a read that found a Secret ready for GetRecent, unless the Secret's
-// reads were forgotten since the read began (epoch).
-func (s *Secrets) remember(sec *Secret, epoch uint64) {
-	if !sec.Ready() {
-		return
-	}
-	s.recentMu.Lock()
-	defer s.recentMu.Unlock()
-	if s.epochs[sec.Ref.ObjectKey()] != epoch {
-		return
-	}
-	if s.recent == nil || len(s.recent) > 1024 {
-		s.recent = map[record.ObjectRef]recentRead{}
-	}
-	s.recent[sec.Ref] = recentRead{secret: *sec, at: time.Now()}
 }
 
 // IsDefault reports whether ref is the provider's default secret.
@@ -236,7 +123,6 @@ func (s *Secrets) Get(ctx context.Context, ref record.ObjectRef, createDefault b
 	}
 	if !out.Ready() {
 		s.Protected.Set(ref.ObjectKey(), nil) // the protector is asked again by the next record naming it
-		s.forget(ref.ObjectKey())
 	}
 	return out, nil
 }

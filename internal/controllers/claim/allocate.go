@@ -55,10 +55,12 @@ func (h *Handler) allocate(ctx context.Context, address *ipamv1.IPAddress) outco
 	// Two requests without an address in flight at once would each allocate one (with
 	// an address they name the same one, so only those are held back). A claim that
 	// was bound had its request answered.
-	if left := h.mayStillBeInFlight(reg); reg.Address == "" && left > 0 {
-		return failed(ipamv1.IPAddressClaimReadyAllocationFailedReason,
-			fmt.Sprintf("an earlier registration request may still be in flight in the IPAM-API; the next is sent after %s",
-				h.after(left))).retryIn(left)
+	if reg.Address == "" {
+		if left := h.mayStillBeInFlight(reg); left > 0 {
+			return failed(ipamv1.IPAddressClaimReadyAllocationFailedReason,
+				fmt.Sprintf("an earlier registration request may still be in flight in the IPAM-API; the next is sent after %s",
+					h.after(left))).retryIn(left)
+		}
 	}
 	api, sec, o := h.connect(ctx, reg)
 	if o != nil {
@@ -82,7 +84,7 @@ func (h *Handler) connect(ctx context.Context, reg *record.Registration) (ipamap
 		o := asOutcome(err)
 		return nil, nil, &o
 	}
-	sec, err := h.Secrets.GetRecent(ctx, reg.Secret, true)
+	sec, err := h.Secrets.Get(ctx, reg.Secret, true)
 	version := valueKey(reg.Secret, sec, err)
 	if h.refusedBefore(reg, version) {
 		o := h.waitForChange()

@@ -664,3 +664,39 @@ func TestAnEmptyShareKeyIsNoKey(t *testing.T) {
 		t.Errorf("%s was bound to two claims without a share key", x)
 	}
 }
+
+// A claim that asks for an address, whose request a process recorded and then died
+// before sending, is sent at once by the next process: a request that names its
+// address gets the same answer however often it goes, so only a request without one is
+// waited out. (Were it waited out, the request would be held back for the quarantine,
+// the claim would say the IPAM-API could not be reached, and every retry would write a
+// new attempt time.)
+func TestARecordedRequestForAnAddressGoesAtOnceAfterARestart(t *testing.T) {
+	w := newWorld(t)
+	pools(w)
+	w.create(claimObj("r", "routed", map[string]string{ipamv1alpha1.SecretAnnotation: "old", ipamv1alpha1.AddressesAnnotation: "83.118.168.20"}))
+	attempted := func() bool {
+		rec, _ := record.OnClaim(w.get(claimObj("r", "", nil)).GetAnnotations())
+		return rec != nil && !rec.Attempt.IsZero()
+	}
+	for i := 0; i < 5 && !attempted(); i++ {
+		w.fault = fault{kind: die, at: w.writes + 1} // dies after each write
+		w.run(1)
+	}
+	w.fault = fault{}
+	if !attempted() || w.api.Stats().Total(sim.RouteRegister) != 0 {
+		t.Fatalf("no process died between recording a request and sending it (%d sent)\n%s", w.api.Stats().Total(sim.RouteRegister), w.describe())
+	}
+	w.start()
+	w.pass()
+	w.bound(t, "r")
+	if sent := w.api.Stats().Total(sim.RouteRegister); sent != 1 {
+		t.Errorf("%d registrations, want 1", sent)
+	}
+	for _, e := range w.drainEvents() {
+		if strings.Contains(e, ipamv1alpha1.ClaimReadyIPAMAPIUnreachableReason) {
+			t.Errorf("event %q: the request was held back", e)
+		}
+	}
+	w.check()
+}

@@ -68,7 +68,7 @@ func (h *Handler) release(ctx context.Context) outcome {
 	if err != nil {
 		return releaseFailed(err.Error())
 	}
-	sec, err := h.Secrets.GetRecent(ctx, reg.Secret, false)
+	sec, err := h.Secrets.Get(ctx, reg.Secret, false)
 	var nf *registrar.SecretNotFoundError
 	switch {
 	case errors.As(err, &nf):

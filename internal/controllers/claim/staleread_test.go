@@ -13,13 +13,13 @@ import (
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi/sim"
 )
 
-// The last claim under a Secret goes, the protector lets the Secret go, and within the
-// second the Secret is deleted or its value changed: a new claim under it reads it
-// again instead of using the read of a moment ago, which found it protected. (With the
-// old read it registered under a Secret that was gone, the address held under a value
-// nobody has and the claim's release stuck; or under the old value while the protector
-// then fingerprinted the new one, so the release went out with the new value, the
-// IPAM-API found nothing and the address leaked.)
+// The last claim under a Secret goes, the protector lets the Secret go, and a moment
+// later the Secret is deleted or its value changed: a new claim under it reads it
+// afresh, not as a read of a moment ago found it (protected). (Under such a read it
+// registered under a Secret that was gone, the address held under a value nobody has
+// and the claim's release stuck; or under the old value while the protector then
+// fingerprinted the new one, so the release went out with the new value, the IPAM-API
+// found nothing and the address leaked.)
 func TestASecretLetGoIsReadAgain(t *testing.T) {
 	for _, tc := range []struct {
 		name   string

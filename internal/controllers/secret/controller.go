@@ -151,8 +151,6 @@ func (p *Protector) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 	// The claims that wait for the Secret say why, should this keep failing.
 	p.Secrets.Protected.Tried(req.NamespacedName, err)
 	if err != nil || sec == nil {
-		// Reads of the Secret from before are not used again: it may have been let go.
-		p.Secrets.Forget(req.NamespacedName)
 		if sec == nil && err == nil {
 			err = p.valueChanged(ctx, req.NamespacedName, nil, nil)
 		}
@@ -161,9 +159,7 @@ func (p *Protector) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 	if err := p.valueChanged(ctx, req.NamespacedName, sec, ready); err != nil {
 		return res, err
 	}
-	// The claims that waited for the ready keys go on now, with what the API server
-	// answered about the Secret (every other read of it from before is forgotten).
-	p.Secrets.Remember(sec, ready)
+	// The claims that waited for the ready keys go on now.
 	if woken := p.Secrets.Protected.Set(req.NamespacedName, ready); len(woken) > 0 && p.Wake != nil {
 		if err := registrar.WakeKeys(ctx, p.Wake, woken); err != nil {
 			return res, err
