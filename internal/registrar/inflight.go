@@ -218,14 +218,7 @@ func (f *InFlight) prune() {
 // out: then it fails at once with a transient error, sending nothing. A request
 // without an answer keeps both keys busy for the quarantine.
 func (f *InFlight) Register(ctx context.Context, api ipamapi.Client, uid types.UID, reg *record.Registration, req ipamapi.Request) (*ipamapi.Response, error) {
-	keys := []string{identityKey + reg.Key()}
-	if req.Address != "" {
-		addr, err := ipamapi.CanonicalCIDR(req.Address)
-		if err != nil {
-			addr = req.Address
-		}
-		keys = append(keys, addressKey+record.HostKey(reg.Endpoint, reg.Zone, addr))
-	}
+	keys := keysOf(reg, req.Address)
 	f.mu.Lock()
 	mono := f.monotonic()
 	for _, key := range keys {
@@ -251,6 +244,35 @@ func (f *InFlight) Register(ctx context.Context, api ipamapi.Client, uid types.U
 	var e *ipamapi.Error
 	lost = errors.As(err, &e) && e.Unknown
 	return res, err
+}
+
+// keysOf is the keys of a registration request under reg for address.
+func keysOf(reg *record.Registration, address string) []string {
+	keys := []string{identityKey + reg.Key()}
+	if address != "" {
+		addr, err := ipamapi.CanonicalCIDR(address)
+		if err != nil {
+			addr = address
+		}
+		keys = append(keys, addressKey+record.HostKey(reg.Endpoint, reg.Zone, addr))
+	}
+	return keys
+}
+
+// Busy reports for how long a registration under reg's identity or address, sent by
+// this process or met on a record, may still be carried out (0: none may). A release
+// sent before it ends could be overtaken by it, and the address registered again for
+// good.
+func (f *InFlight) Busy(reg *record.Registration) time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	mono, left := f.monotonic(), time.Duration(0)
+	for _, key := range keysOf(reg, reg.Address) {
+		if s := f.slots[key]; s != nil && s.busy(mono) {
+			left = max(left, s.until-mono)
+		}
+	}
+	return left
 }
 
 // ended records the end of a request under keys: answered, or lost (busy for the

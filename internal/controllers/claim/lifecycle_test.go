@@ -700,3 +700,38 @@ func TestARecordedRequestForAnAddressGoesAtOnceAfterARestart(t *testing.T) {
 	}
 	w.check()
 }
+
+// A bound claim's re-registration (its retention changed) gets no answer, and the claim
+// is deleted at once: its release waits until that request can no longer be carried
+// out. Sent at once, the release could be overtaken by the late registration, which
+// would then hold the address for good with no claim left to release it.
+func TestAReleaseWaitsOutARegistrationWithoutAnAnswer(t *testing.T) {
+	w := newWorld(t)
+	w.cfg.QuarantineTime = 3 * time.Second
+	w.start()
+	pools(w)
+	w.create(claimObj("c", "routed", map[string]string{ipamv1alpha1.SecretAnnotation: "old"}))
+	w.settle()
+	w.bound(t, "c")
+	c := w.get(claimObj("c", "", nil)).(*ipamv1.IPAddressClaim)
+	c.Annotations[ipamv1alpha1.RetentionPeriodDaysAnnotation] = "2"
+	must(t, w.direct.Update(w.ctx, c))
+	must(t, w.api.SetFaults(sim.Faults{DropAfterNext: 1, Routes: []sim.Route{sim.RouteRegister}}))
+	key := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(c)}
+	_, _ = w.claims.Reconcile(w.ctx, key)
+	if w.api.Stats().DroppedAfter != 1 {
+		t.Fatalf("the re-registration's answer was not lost\n%s", w.describe())
+	}
+	w.deleteClaims("c")
+	released := w.api.Stats().Total(sim.RouteRelease)
+	res, _ := w.claims.Reconcile(w.ctx, key)
+	if n := w.api.Stats().Total(sim.RouteRelease) - released; n != 0 {
+		t.Errorf("released while the re-registration may still be carried out (%d releases)", n)
+	}
+	if res.RequeueAfter <= 0 || res.RequeueAfter > w.cfg.Quarantine() {
+		t.Errorf("the release comes back after %v, want when the wait ends (at most %v)", res.RequeueAfter, w.cfg.Quarantine())
+	}
+	w.settle()
+	w.gone(t, "c")
+	w.check()
+}

@@ -113,6 +113,10 @@ func (h *Handler) release(ctx context.Context) outcome {
 		return h.released(ctx, reg, "Handed the registration over to the claim that supersedes this one: nothing to release",
 			"supersededBy", h.claim.Annotations[ipamv1alpha1.SupersededByAnnotation])
 	}
+	if left := h.InFlight.Busy(reg); left > 0 {
+		return releaseWaits(fmt.Sprintf("an earlier registration of %s may still be carried out by the IPAM-API; releasing after %s",
+			orPending(reg.Address), h.after(left)), left)
+	}
 	if _, err := api.Release(ctx, reg.Request(sec.Value)); err != nil {
 		// With the owning value (the fingerprint matched), "not held" means released:
 		// already, or by the retention sweeper.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"time"
 
 	"github.com/pkg/errors"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -94,6 +95,9 @@ func (r *Reconciler) finishSubnetProbe(ctx context.Context, pool ipamv1alpha1.Po
 // releaseProbe gives the probe's address back (not held: given back already) and
 // takes the record off the pool.
 func (r *Reconciler) releaseProbe(ctx context.Context, pool ipamv1alpha1.Pool, api ipamapi.Client, probe *record.Registration, secret ipamapi.Secret) error {
+	if left := r.InFlight.Busy(probe); left > 0 {
+		return errors.Errorf("the registration of %s to check the pool's subnet may still be carried out; releasing it after %s", probe.Address, left.Round(time.Second))
+	}
 	if _, err := api.Release(ipamapi.WithOperation(ctx, ipamapi.OpProbe), probe.Request(secret)); err != nil && ipamapi.ClassOf(err) != ipamapi.ClassNotHeld {
 		return errors.Wrapf(err, "releasing %s, registered to check the pool's subnet against its zone", probe.Address)
 	}
