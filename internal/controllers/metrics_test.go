@@ -5,10 +5,13 @@ import (
 
 	. "github.com/onsi/gomega"
 	dto "github.com/prometheus/client_model/go"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/metrics"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi/sim"
 )
 
 // series is the sum of the series of metric name whose labels include want, as the
@@ -93,4 +96,26 @@ func TestMetricsShowPoolsAndClaims(t *testing.T) {
 	}, eventually, poll).Should(Succeed())
 	now, _ := series(t, "vitistack_ipam_api_requests_total", map[string]string{"operation": "register", "outcome": "success"})
 	g.Expect(now - registered).To(BeNumerically(">=", 3))
+}
+
+// A registration whose answer was lost shows as quarantined for its IPAM-API host,
+// from the manager's in-flight table, until it can no longer be carried out; then the
+// claim is bound.
+func TestMetricsShowAQuarantinedRegistration(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	api, url, stop := env.ExtraSim()
+	t.Cleanup(stop)
+	spec := routedPool("inet", ipamv1alpha1.IPv4)
+	spec.Endpoint = url
+	poolReady(t, newPool(t, ns.Name, "lossy", spec), metav1.ConditionTrue, ipamv1alpha1.PoolReadyReason, "")
+	g.Expect(api.DropNext(sim.DropAfter, 1)).To(Succeed())
+	c := newClaim(t, ns.Name, "lost", "lossy", nil)
+	host := map[string]string{"host": metrics.Host(url)}
+	g.Eventually(func() float64 { v, _ := series(t, "vitistack_ipam_api_registrations_quarantined", host); return v },
+		eventually, poll).Should(Equal(1.0))
+	boundAddress(t, c)
+	v, _ := series(t, "vitistack_ipam_api_registrations_quarantined", host)
+	g.Expect(v).To(BeZero())
+	g.Expect(api.Stats().DroppedAfter).To(Equal(1))
 }

@@ -18,8 +18,8 @@ type Sources struct {
 	// Reader lists pools and claims: the leading manager's cache.
 	Reader client.Reader
 	// Registrations counts, by IPAM-API host, the registrations in flight and those
-	// quarantined (their answer was lost; no other goes out for the identity until the
-	// request has certainly ended).
+	// quarantined (their answer was lost; no other goes out for the identity or the
+	// address until the request has certainly ended).
 	Registrations func() map[string]Pending
 	// Now is the clock of ages (nil: the host's).
 	Now func() time.Time

@@ -76,6 +76,14 @@ type slot struct {
 // busy reports whether a request under the key is out or may still be carried out.
 func (s *slot) busy(mono time.Duration) bool { return s.out || !s.answered && s.until > mono }
 
+// left is how long the key stays busy (0: it is not).
+func (s *slot) left(mono time.Duration) time.Duration {
+	if !s.busy(mono) {
+		return 0
+	}
+	return s.until - mono
+}
+
 type holder struct {
 	uid  types.UID
 	name types.NamespacedName
@@ -181,7 +189,7 @@ func (f *InFlight) Forget(uid types.UID) {
 	}
 }
 
-// slot is the key's slot, made if need be (host: the IPAM-API endpoint, if known).
+// slot is the key's slot, made if need be; endpoint (if known) names its IPAM-API host.
 // Callers hold mu.
 func (f *InFlight) slot(key, endpoint string) *slot {
 	s, ok := f.slots[key]
@@ -226,7 +234,7 @@ func (f *InFlight) Register(ctx context.Context, api ipamapi.Client, uid types.U
 			msg := "an earlier registration for this identity or address is still in flight"
 			if !s.out {
 				msg = "an earlier registration for this identity or address ended without an answer; waiting until " +
-					f.Now().Add(s.until-mono).UTC().Format(time.RFC3339) + " before sending another"
+					f.Now().Add(s.left(mono)).UTC().Format(time.RFC3339) + " before sending another"
 			}
 			f.mu.Unlock()
 			return nil, &ipamapi.Error{Op: "register", Class: ipamapi.ClassTransient, Message: msg, NotSent: true}
@@ -268,8 +276,8 @@ func (f *InFlight) Busy(reg *record.Registration) time.Duration {
 	defer f.mu.Unlock()
 	mono, left := f.monotonic(), time.Duration(0)
 	for _, key := range keysOf(reg, reg.Address) {
-		if s := f.slots[key]; s != nil && s.busy(mono) {
-			left = max(left, s.until-mono)
+		if s := f.slots[key]; s != nil {
+			left = max(left, s.left(mono))
 		}
 	}
 	return left
@@ -338,17 +346,11 @@ func (f *InFlight) MayStillBeInFlight(uid types.UID, reg *record.Registration) t
 	defer f.mu.Unlock()
 	mono := f.monotonic()
 	s := f.slot(identityKey+reg.Key(), reg.Endpoint)
-	if s.by != uid || !s.attempt.Equal(reg.Attempt) {
-		if s.busy(mono) {
-			return s.until - mono
-		}
+	if (s.by != uid || !s.attempt.Equal(reg.Attempt)) && !s.busy(mono) {
 		s.by, s.attempt, s.out, s.answered = uid, reg.Attempt, false, false
 		s.until = mono + min(reg.Attempt.Add(f.Quarantine).Sub(f.Now()), f.Quarantine)
 	}
-	if !s.busy(mono) {
-		return 0
-	}
-	return s.until - mono
+	return s.left(mono)
 }
 
 // Pending counts, by IPAM-API host, the registrations out now and those that got no

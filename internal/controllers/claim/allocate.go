@@ -173,7 +173,7 @@ func (h *Handler) writePending(ctx context.Context, reg *record.Registration, se
 	}
 	if !ready {
 		// The Secret controller protects it within moments, and wakes it.
-		o := h.await(sec, waiting("waiting for Secret %s/%s to be protected (finalizer %s) before anything is registered under it",
+		o := h.await(sec, fmt.Sprintf("waiting for Secret %s/%s to be protected (finalizer %s) before anything is registered under it",
 			sec.Ref.Namespace, sec.Ref.Name, ipamv1alpha1.SecretInUseFinalizer))
 		return &o
 	}

@@ -2,9 +2,11 @@ package claim
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"time"
 
+	"github.com/pkg/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	"sigs.k8s.io/cluster-api/util/conditions"
@@ -33,20 +35,22 @@ func (h *Handler) awaitProtection(ctx context.Context, sec *registrar.Secret) *o
 	// sent nothing and holds nothing, here or in the IPAM-API.
 	h.claim.Finalizers = slices.Clone(h.written.Finalizers)
 	h.forgetSends()
-	o := h.await(sec, waiting("waiting for Secret %s/%s to be protected (finalizer %s), which another claim has asked for, "+
+	o := h.await(sec, fmt.Sprintf("waiting for Secret %s/%s to be protected (finalizer %s), which another claim has asked for, "+
 		"before anything is registered under it", sec.Ref.Namespace, sec.Ref.Name, ipamv1alpha1.SecretInUseFinalizer))
 	return &o
 }
 
 // await makes the claim one that the Secret protector wakes when it has protected the
-// Secret key, and asks it to look; o comes back at once if that happened since the
-// Secret was read, else after protectionRecheck should no wake come (later, less
-// often). A wait is no condition (the protector protects a Secret within moments, and a
+// Secret key, and asks it to look. The claim comes back at once if that happened since
+// the Secret was read, else after protectionRecheck should no wake come (later, less
+// often); it writes nothing more, and logs why at V(1), not as a reconcile error. A
+// wait is no condition (the protector protects a Secret within moments, and a
 // burst under a new Secret writes nothing more) until claims have waited
 // protectionQuiet for the Secret: then the claim is Ready=False SecretNotProtected,
 // with the protector's last error at that moment. The condition then stays as it is while the claim waits (one status
 // patch and one event, not one per change of the error).
-func (h *Handler) await(sec *registrar.Secret, o outcome) outcome {
+func (h *Handler) await(sec *registrar.Secret, why string) outcome {
+	o := transient(errors.New(why))
 	waited, protected := h.Secrets.Protected.Await(sec.Ref, client.ObjectKeyFromObject(h.claim))
 	if protected {
 		return o.retryIn(0)

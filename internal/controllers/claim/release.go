@@ -114,7 +114,7 @@ func (h *Handler) release(ctx context.Context) outcome {
 			"supersededBy", h.claim.Annotations[ipamv1alpha1.SupersededByAnnotation])
 	}
 	if left := h.InFlight.Busy(reg); left > 0 {
-		return releaseWaits(fmt.Sprintf("an earlier registration of %s may still be carried out by the IPAM-API; releasing after %s",
+		return releaseWaits(fmt.Sprintf("an earlier registration of %s may still be in flight in the IPAM-API; releasing after %s",
 			orPending(reg.Address), h.after(left)), left)
 	}
 	if _, err := api.Release(ctx, reg.Request(sec.Value)); err != nil {

@@ -63,14 +63,6 @@ func failed(reason, message string) outcome {
 // Ready) and is retried with back-off.
 func transient(err error) outcome { return outcome{err: err} }
 
-// waiting is neither a failure nor a condition: the claim waits for something that
-// wakes it (its Secret's protection, which takes moments), and comes back after its
-// retry should no wake come. The reconcile writes nothing more and logs why at V(1)
-// instead of as a reconcile error.
-func waiting(format string, args ...any) outcome {
-	return outcome{err: errors.Errorf(format, args...)}
-}
-
 // waitError marks the error of an outcome with a retry: the Reconciler returns no
 // error but comes back after `after`.
 type waitError struct {

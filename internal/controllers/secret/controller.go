@@ -44,12 +44,11 @@ type Protector struct {
 	// straight from the API server.
 	Reader client.Reader
 	// Secrets are the claims' Secret reads: their Protected is told what the protector
-	// has made sure of, and the Secrets it protects serve the claims it wakes without
-	// another read; nil: every record that names a Secret enqueues it.
+	// has made sure of; nil: every record that names a Secret enqueues it.
 	Secrets *registrar.Secrets
 	// Wake takes the claims that waited for a Secret key the protector has protected
-	// (Secrets.Protected hands them out) to the claim controller; nil: they come back
-	// with their back-off.
+	// (Secrets.Protected hands them out) to the claim controller; nil: they come back on
+	// their own recheck (every 2 s; once claims have waited 8 s, less often).
 	Wake chan<- event.GenericEvent
 	// Ledger lists the Secrets the protector has protected, for the next leader to look
 	// at again; nil: none (a Secret whose last record goes while no leader runs keeps
