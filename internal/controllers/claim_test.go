@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/record"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi/sim"
 )
 
@@ -166,14 +167,48 @@ func TestAStrippedSecretFinalizerComesBackForTheNextClaim(t *testing.T) {
 	patch := client.MergeFrom(sec.DeepCopy())
 	sec.Finalizers = nil
 	g.Expect(env.Client.Patch(ctx, sec, patch)).To(Succeed())
-	// The provider uses a read of a ready Secret for a second: the next claim must read
-	// it again to see the finalizer gone.
-	time.Sleep(1100 * time.Millisecond)
 
 	second := newClaim(t, ns.Name, "second", pool.Name, nil)
 	boundAddress(t, second)
 	g.Expect(env.Client.Get(ctx, key, sec)).To(Succeed())
 	g.Expect(sec.Finalizers).To(ContainElement(ipamv1alpha1.SecretInUseFinalizer), "the Secret is protected again")
+}
+
+// TestAPoolsSecretIsProtectedWhileThePoolNamesIt: the Secret a pool names is protected
+// (finalizer and fingerprint) from the moment the pool exists, before any claim, so
+// its first claims register at once; deleting it waits for the pool, and it goes with
+// the pool.
+func TestAPoolsSecretIsProtectedWhileThePoolNamesIt(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	const value = "the-pools-secret-value"
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "owner"}, Data: map[string][]byte{"secret": []byte(value)}}
+	g.Expect(env.Client.Create(ctx, sec)).To(Succeed())
+	spec := routedPool("inet", ipamv1alpha1.IPv4)
+	spec.SecretRef = &ipamv1alpha1.SecretReference{Name: "owner"}
+	pool := newPool(t, ns.Name, "owned", spec)
+	g.Eventually(func(g Gomega) {
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(sec), sec)).To(Succeed())
+		g.Expect(sec.Finalizers).To(ContainElement(ipamv1alpha1.SecretInUseFinalizer))
+		g.Expect(record.Fingerprints(sec.Annotations)).To(HaveKeyWithValue("secret", record.Fingerprint([]byte(value))))
+	}, eventually, poll).Should(Succeed(), "the pool's Secret is protected before its first claim")
+
+	claim := newClaim(t, ns.Name, "first", pool.Name, nil)
+	addr := boundAddress(t, claim)
+	deleteAndWait(t, claim)
+	g.Expect(holdersOf(addr.Spec.Address+"/32")).To(ConsistOf(HaveField("ExpiresAt", Not(BeNil()))), "released")
+
+	// Deleted while the pool names it: it stays, and no claim registers under it.
+	g.Expect(env.Client.Delete(ctx, sec)).To(Succeed())
+	late := newClaim(t, ns.Name, "late", pool.Name, nil)
+	cond := readyCondition(t, late, metav1.ConditionFalse, ipamv1.IPAddressClaimReadyAllocationFailedReason)
+	g.Expect(cond.Message).To(ContainSubstring("Secret " + ns.Name + "/owner is being deleted"))
+	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(sec), sec)).To(Succeed())
+	g.Expect(sec.DeletionTimestamp.IsZero()).To(BeFalse())
+
+	deleteAndWait(t, late)
+	deleteAndWait(t, pool)
+	waitGone(t, sec)
 }
 
 func TestClaimRequestedAddress(t *testing.T) {
@@ -417,9 +452,10 @@ func TestIdentityOverrideNeedsThePoolsConsent(t *testing.T) {
 	hasEvent(t, claim, corev1.EventTypeWarning, "IdentityOverrideNotAllowed", "ipam.vitistack.io/cluster-id")
 	g.Expect(env.Sim.HeldBy(sim.ServiceRef{ServiceName: "impostor", NamespaceID: uidOf(t, ns.Name), ClusterID: "another-tenants-cluster"})).To(BeEmpty())
 
-	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(pool), pool)).To(Succeed())
+	// A patch, not an update: the pool controller writes the pool's status meanwhile.
+	patch := client.MergeFrom(pool.DeepCopy())
 	pool.Spec.AllowIdentityOverrides = true
-	g.Expect(env.Client.Update(ctx, pool)).To(Succeed())
+	g.Expect(env.Client.Patch(ctx, pool, patch)).To(Succeed())
 	boundAddress(t, claim)
 	g.Expect(env.Sim.HeldBy(sim.ServiceRef{ServiceName: "impostor", NamespaceID: uidOf(t, ns.Name), ClusterID: "another-tenants-cluster"})).To(HaveLen(1))
 }

@@ -12,6 +12,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -102,11 +103,12 @@ func TestClockJumpsDuringABurst(t *testing.T) {
 	api, url, stop := env.ExtraSim()
 	t.Cleanup(stop)
 	// The scope holds the provider's namespace too: the default Secret, which the pools
-	// use, is protected exactly while records need it.
+	// use, is protected exactly while pools or records need it.
 	provider := &corev1.Namespace{}
 	g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: manager.ProviderNamespace}, provider)).To(Succeed())
 	account := func() (chaos.Accounts, error) {
-		return chaos.Account(ctx, env.Client, api.Registrations(), map[string]bool{string(ns.UID): true, string(provider.UID): true})
+		return chaos.Account(ctx, env.Client, api.Registrations(), map[string]bool{string(ns.UID): true, string(provider.UID): true},
+			types.NamespacedName{Namespace: mgrOpts.DefaultSecretNamespace, Name: mgrOpts.DefaultSecretName})
 	}
 	row := &chaos.Row{Scenario: "manager's clock jumps ±2 h every 50 ms during burst and deletes, 10 % of answers lost (envtest, injected clock)", Claims: n}
 	chaos.RecordAtEnd(t, row, account)

@@ -315,3 +315,23 @@ func Each(fn func(obj client.Object, field string, extract client.IndexerFunc)) 
 		fn(i.obj, i.field, i.fn)
 	}
 }
+
+// ListPools lists the pools of both kinds, VitistackIPPools first.
+func ListPools(ctx context.Context, c client.Reader, opts ...client.ListOption) ([]ipamv1alpha1.Pool, error) {
+	local := &ipamv1alpha1.VitistackIPPoolList{}
+	global := &ipamv1alpha1.GlobalVitistackIPPoolList{}
+	if err := c.List(ctx, local, opts...); err != nil {
+		return nil, err
+	}
+	if err := c.List(ctx, global, opts...); err != nil {
+		return nil, err
+	}
+	out := make([]ipamv1alpha1.Pool, 0, len(local.Items)+len(global.Items))
+	for i := range local.Items {
+		out = append(out, &local.Items[i])
+	}
+	for i := range global.Items {
+		out = append(out, &global.Items[i])
+	}
+	return out, nil
+}

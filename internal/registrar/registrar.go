@@ -103,16 +103,7 @@ func (r *Registrar) ForPool(ctx context.Context, pool ipamv1alpha1.Pool) (*recor
 			reg.CABundle.Namespace = pool.GetNamespace()
 		}
 	}
-	reg.Secret = r.DefaultSecretRef()
-	if ref := spec.SecretRef; ref != nil {
-		reg.Secret = record.ObjectRef{Namespace: ref.Namespace, Name: ref.Name, Key: ref.Key}
-		if pool.GetNamespace() != "" {
-			reg.Secret.Namespace = pool.GetNamespace()
-		}
-		if reg.Secret.Key == "" {
-			reg.Secret.Key = record.DefaultSecretKey
-		}
-	}
+	reg.Secret = PoolSecret(pool, r.Config.DefaultSecret)
 	reg.Identity.ClusterID = spec.ClusterID
 	if reg.Identity.ClusterID == "" {
 		id, err := r.ClusterID(ctx)
@@ -122,6 +113,24 @@ func (r *Registrar) ForPool(ctx context.Context, pool ipamv1alpha1.Pool) (*recor
 		reg.Identity.ClusterID = id
 	}
 	return reg, nil
+}
+
+// PoolSecret is the Secret key a pool's claims register under unless a claim names
+// another: the pool's spec.secretRef (in the pool's namespace for a VitistackIPPool;
+// key "secret" unless given), else the key "secret" of the default Secret def.
+func PoolSecret(pool ipamv1alpha1.Pool, def types.NamespacedName) record.ObjectRef {
+	ref := pool.PoolSpec().SecretRef
+	if ref == nil {
+		return record.ObjectRef{Namespace: def.Namespace, Name: def.Name, Key: record.DefaultSecretKey}
+	}
+	out := record.ObjectRef{Namespace: ref.Namespace, Name: ref.Name, Key: ref.Key}
+	if pool.GetNamespace() != "" {
+		out.Namespace = pool.GetNamespace()
+	}
+	if out.Key == "" {
+		out.Key = record.DefaultSecretKey
+	}
+	return out
 }
 
 // DefaultSecretRef is the provider's default secret.

@@ -16,7 +16,9 @@ import (
 
 	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/controllers/secret"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/index"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/record"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/registrar"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi/sim"
 )
@@ -24,8 +26,8 @@ import (
 // Accounts is what the accounting oracle finds at a quiet moment: every entry names the
 // object or the registration that breaks the promise. Its classes are the promise: no
 // address leaked or handed out twice, no record of an address the IPAM-API does not
-// hold, nothing deleted left behind, and every Secret protected exactly while records
-// need it.
+// hold, nothing deleted left behind, and every Secret protected exactly while pools or
+// records need it.
 type Accounts struct {
 	// Leaked: held live by the IPAM-API for an identity in scope (under any cluster ID),
 	// and accounted for by no claim: neither by the IPAddress of a claim bound to it, nor
@@ -43,9 +45,9 @@ type Accounts struct {
 	// Stuck: deleted objects (claims, IPAddresses, Services, Secrets, namespaces) that
 	// are still there.
 	Stuck []string
-	// Protections: a Secret whose protection disagrees with the records: the
-	// secret-in-use finalizer or a value fingerprint that no record needs, or a key
-	// that records name without them; or a protected Secret the provider's list of
+	// Protections: a Secret whose protection disagrees with the pools and records:
+	// the secret-in-use finalizer or a value fingerprint that none needs, or a key that
+	// one names without them; or a protected Secret the provider's list of
 	// protected Secrets does not name.
 	Protections []string
 }
@@ -88,8 +90,9 @@ func holdingOf(r *record.Registration) holding {
 // Account compares what the IPAM-API holds (held: the stand-in's registrations) with
 // what the cluster records (c: read with List only), for the identities and objects of
 // the namespaces whose UIDs are in scope (a namespace may be gone by then: its holders
-// are still in scope).
-func Account(ctx context.Context, c client.Reader, held []sim.Registration, scope map[string]bool) (Accounts, error) {
+// are still in scope). defaultSecret is the provider's default Secret, which pools
+// without spec.secretRef name (empty: it is in no namespace of the scope).
+func Account(ctx context.Context, c client.Reader, held []sim.Registration, scope map[string]bool, defaultSecret types.NamespacedName) (Accounts, error) {
 	var out Accounts
 	// Every live holder: an IPAddress in scope may record an identity whose namespace
 	// ID is overridden to one out of scope. Leaks are looked for in scope only.
@@ -121,14 +124,24 @@ func Account(ctx context.Context, c client.Reader, held []sim.Registration, scop
 	inScope := func(o client.Object, r *record.Registration) bool {
 		return ours[o.GetNamespace()] || (r != nil && scope[r.Identity.NamespaceID])
 	}
-	// The Secret keys every record names, wherever the record is.
+	// The Secret keys every pool and every record names, wherever it is.
 	named := map[types.NamespacedName]map[string]bool{}
-	name := func(r *record.Registration) {
-		for _, ref := range r.Secrets() {
+	nameRefs := func(refs ...record.ObjectRef) {
+		for _, ref := range refs {
 			if named[ref.ObjectKey()] == nil {
 				named[ref.ObjectKey()] = map[string]bool{}
 			}
 			named[ref.ObjectKey()][ref.Key] = true
+		}
+	}
+	name := func(r *record.Registration) { nameRefs(r.Secrets()...) }
+	pools, err := index.ListPools(ctx, c)
+	if err != nil {
+		return out, err
+	}
+	for _, p := range pools {
+		if ref := registrar.PoolSecret(p, defaultSecret); ref.Name != "" {
+			nameRefs(ref)
 		}
 	}
 
@@ -263,7 +276,8 @@ func Account(ctx context.Context, c client.Reader, held []sim.Registration, scop
 	return out, nil
 }
 
-// protection lists where a Secret's protection disagrees with the keys records name.
+// protection lists where a Secret's protection disagrees with the keys pools and records
+// name.
 func protection(s *corev1.Secret, keys map[string]bool, listed map[types.NamespacedName]bool) []string {
 	var out []string
 	key := client.ObjectKeyFromObject(s)
@@ -274,20 +288,20 @@ func protection(s *corev1.Secret, keys map[string]bool, listed map[types.Namespa
 	}
 	switch {
 	case len(keys) > 0 && !finalizer:
-		out = append(out, fmt.Sprintf("Secret %s: records name its keys %v, but it has no %s finalizer", key, sortedKeys(keys), ipamv1alpha1.SecretInUseFinalizer))
+		out = append(out, fmt.Sprintf("Secret %s: pools or records name its keys %v, but it has no %s finalizer", key, sortedKeys(keys), ipamv1alpha1.SecretInUseFinalizer))
 	case len(keys) == 0 && finalizer:
-		out = append(out, fmt.Sprintf("Secret %s keeps the %s finalizer, and no record names it", key, ipamv1alpha1.SecretInUseFinalizer))
+		out = append(out, fmt.Sprintf("Secret %s keeps the %s finalizer, and no pool or record names it", key, ipamv1alpha1.SecretInUseFinalizer))
 	}
 	fps := record.Fingerprints(s.Annotations)
 	for _, k := range sortedKeys(fps) {
 		if !keys[k] {
-			out = append(out, fmt.Sprintf("Secret %s keeps the fingerprint of key %q, and no record names it", key, k))
+			out = append(out, fmt.Sprintf("Secret %s keeps the fingerprint of key %q, and no pool or record names it", key, k))
 		}
 	}
 	for _, k := range sortedKeys(keys) {
 		if _, ok := fps[k]; !ok {
 			if _, has := s.Data[k]; has {
-				out = append(out, fmt.Sprintf("Secret %s: records name its key %q, which has no fingerprint", key, k))
+				out = append(out, fmt.Sprintf("Secret %s: pools or records name its key %q, which has no fingerprint", key, k))
 			}
 		}
 	}

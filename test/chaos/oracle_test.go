@@ -126,7 +126,7 @@ func (p *planted) bindAs(rec *record.Registration, share string) {
 
 func (p *planted) account() chaos.Accounts {
 	p.t.Helper()
-	a, err := chaos.Account(p.ctx, p.c, p.sim.Registrations(), map[string]bool{nsUID: true})
+	a, err := chaos.Account(p.ctx, p.c, p.sim.Registrations(), map[string]bool{nsUID: true}, types.NamespacedName{Namespace: "provider", Name: "default"})
 	NewWithT(p.t).Expect(err).NotTo(HaveOccurred())
 	return a
 }
@@ -242,13 +242,35 @@ func TestOracleReportsEachPlantedDefect(t *testing.T) {
 			l := ledger()
 			p.update(l, func() { l.Data["secrets"] = "apps/owner\napps/spare" })
 		},
-		want: chaos.Accounts{Protections: []string{"Secret apps/spare keeps the ipam.vitistack.io/secret-in-use finalizer, and no record names it"}},
+		want: chaos.Accounts{Protections: []string{"Secret apps/spare keeps the ipam.vitistack.io/secret-in-use finalizer, and no pool or record names it"}},
+	}, {
+		name: "a pool's Secret, protected before any record names it, is no defect",
+		plant: func(p *planted) {
+			p.create(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "spare",
+				Finalizers: []string{ipamv1alpha1.SecretInUseFinalizer}, Annotations: fingerprints("secret")},
+				Data: map[string][]byte{"secret": []byte(secretValue)}})
+			p.create(&ipamv1alpha1.VitistackIPPool{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "spare"},
+				Spec: ipamv1alpha1.VitistackIPPoolSpec{Zone: "inet", SecretRef: &ipamv1alpha1.SecretReference{Name: "spare"}}})
+			l := ledger()
+			p.update(l, func() { l.Data["secrets"] = "apps/owner\napps/spare" })
+		},
+	}, {
+		name: "a pool's Secret without protection",
+		plant: func(p *planted) {
+			p.create(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "spare"},
+				Data: map[string][]byte{"secret": []byte(secretValue)}})
+			p.create(&ipamv1alpha1.VitistackIPPool{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "spare"},
+				Spec: ipamv1alpha1.VitistackIPPoolSpec{Zone: "inet", SecretRef: &ipamv1alpha1.SecretReference{Name: "spare"}}})
+		},
+		want: chaos.Accounts{Protections: []string{
+			`Secret apps/spare: pools or records name its key "secret", which has no fingerprint`,
+			"Secret apps/spare: pools or records name its keys [secret], but it has no ipam.vitistack.io/secret-in-use finalizer"}},
 	}, {
 		name: "a live Secret that keeps a fingerprint no record needs",
 		plant: func(p *planted) {
 			p.create(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "spare", Annotations: fingerprints("secret")}})
 		},
-		want: chaos.Accounts{Protections: []string{`Secret apps/spare keeps the fingerprint of key "secret", and no record names it`}},
+		want: chaos.Accounts{Protections: []string{`Secret apps/spare keeps the fingerprint of key "secret", and no pool or record names it`}},
 	}, {
 		name: "a protected Secret the provider's list of protected Secrets does not name",
 		plant: func(p *planted) {
@@ -264,8 +286,8 @@ func TestOracleReportsEachPlantedDefect(t *testing.T) {
 			p.update(s, func() { s.Finalizers, s.Annotations = nil, nil })
 		},
 		want: chaos.Accounts{Protections: []string{
-			`Secret apps/owner: records name its key "secret", which has no fingerprint`,
-			"Secret apps/owner: records name its keys [secret], but it has no ipam.vitistack.io/secret-in-use finalizer"}},
+			`Secret apps/owner: pools or records name its key "secret", which has no fingerprint`,
+			"Secret apps/owner: pools or records name its keys [secret], but it has no ipam.vitistack.io/secret-in-use finalizer"}},
 	}}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

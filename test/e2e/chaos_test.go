@@ -38,11 +38,14 @@ var chaosManagerArgs = []string{"--leader-elect-lease-duration=4s", "--leader-el
 
 // chaosPools creates, in a new namespace, a Secret with a canary value and two pools
 // owned by it: routed (zone hnet-private) and subnet mode (a /22 of that zone).
-func chaosPools(t *testing.T, prefix, subnet, gateway string) (ns, secretValue string) {
+func chaosPools(t *testing.T, prefix, subnet, gateway string, beforePools ...func(ns string)) (ns, secretValue string) {
 	t.Helper()
 	ns = newNamespace(t, a, prefix)
 	secretValue = canary(prefix)
 	newSecret(t, a, ns, "owner", secretValue)
+	for _, f := range beforePools {
+		f(ns)
+	}
 	g := newG(t)
 	ctx := context.Background()
 	ref := &ipamv1alpha1.SecretReference{Name: "owner"}
@@ -478,7 +481,12 @@ func TestChaosIPAMAPIFaults(t *testing.T) {
 	}
 	g := newG(t)
 	ctx := context.Background()
-	ns, secretValue := chaosPools(t, "chaos-api", "10.61.0.0/22", "10.61.0.1")
+	// The Secret echoed: the protector's patch is refused, from the moment the pools name
+	// the Secret, until a waiting claim says why, with the refusal redacted, in its Ready
+	// condition and in an event (which the API server takes only with a note of at most
+	// 1 KiB).
+	var echo *secretEcho
+	ns, secretValue := chaosPools(t, "chaos-api", "10.61.0.0/22", "10.61.0.1", func(ns string) { echo = startSecretEcho(t, ns) })
 	nsUIDs := map[string]bool{uidOf(t, a, ns): true}
 	row := &chaos.Row{Scenario: "API server echoes the Secret in a webhook's refusal; IPAM-API: its HTML page, 20 % answers lost, 20 % 503 and +500 ms", Claims: n}
 	startScenario(t, row, nsUIDs)
@@ -502,10 +510,6 @@ func TestChaosIPAMAPIFaults(t *testing.T) {
 		return c
 	}
 
-	// The Secret echoed: the protector's patch is refused until a waiting claim says
-	// why, with the refusal redacted, in its Ready condition and in an event (which the
-	// API server takes only with a note of at most 1 KiB).
-	echo := startSecretEcho(t, ns)
 	claims := createClaims(t, ns, n)
 	g.Eventually(func(g Gomega) {
 		list := &ipamv1.IPAddressClaimList{}

@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
@@ -34,7 +35,8 @@ func account(ctx context.Context, cp *localcluster.ControlPlane, nsUIDs map[stri
 	if err != nil {
 		return chaos.Accounts{}, err
 	}
-	return chaos.Account(ctx, cp.Client, regs, nsUIDs)
+	// The scopes here are the tests' own namespaces: the default Secret is in none.
+	return chaos.Account(ctx, cp.Client, regs, nsUIDs, types.NamespacedName{})
 }
 
 // settledAccounts waits (up to the timeout) for the oracle to find nothing wrong and
@@ -169,7 +171,7 @@ func TestOracleAndCanaryScanSeePlantedDefects(t *testing.T) {
 	g.Expect(found.Leaked).To(Equal([]string{held.Address + " held by planted/" + uid + "/another-cluster"}))
 	// A protection no record needs, on a Secret the provider never listed: two defects.
 	g.Expect(found.Protections).To(ConsistOf(
-		"Secret "+ns+"/spare keeps the "+ipamv1alpha1.SecretInUseFinalizer+" finalizer, and no record names it",
+		"Secret "+ns+"/spare keeps the "+ipamv1alpha1.SecretInUseFinalizer+" finalizer, and no pool or record names it",
 		"Secret "+ns+"/spare has the "+ipamv1alpha1.SecretInUseFinalizer+" finalizer, and the provider's list of protected Secrets "+
 			"(ConfigMap vitistack-ipam-protected-secrets) does not name it: a new leader would not look at it again"))
 	g.Expect(found.Entries()).To(HaveLen(3), "the oracle found more than was planted: %s", found)

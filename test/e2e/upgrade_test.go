@@ -196,6 +196,11 @@ func TestClusterctlUpgradeFromThePreviousRelease(t *testing.T) {
 	patch := client.MergeFrom(secret.DeepCopy())
 	delete(secret.Annotations, ipamv1alpha1.SecretFingerprintsAnnotation)
 	g.Expect(w.Client.Patch(ctx, secret, patch)).To(Succeed())
+	// Nor does it protect the Secrets of pools (the oracle's promise is this release's):
+	// with the pools gone, no pool names owner.
+	for _, name := range []string{"routed", "subnet"} {
+		deleteAndWait(t, w, &ipamv1alpha1.VitistackIPPool{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}})
+	}
 	settledAccounts(t, w, map[string]bool{uidOf(t, w, ns): true})
 	g.Expect(canariesFound(t, w, []*localcluster.Manager{upgraded}, []string{owner, rotatedTo})).To(BeEmpty(),
 		"a secret value outside its Secret")

@@ -227,11 +227,14 @@ func providerWrites(c apicount.Counts) apicount.Counts {
 	})
 }
 
-func createClaims(g Gomega, ns, pool, prefix string, n int) {
+func createClaims(g Gomega, ns, pool, prefix string, n int, annotations ...map[string]string) {
 	for i := range n {
 		c := &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: prefix + "-" + strconv.Itoa(i)},
 			Spec: ipamv1.IPAddressClaimSpec{PoolRef: ipamv1.IPPoolReference{APIGroup: ipamv1alpha1.GroupVersion.Group,
 				Kind: ipamv1alpha1.VitistackIPPoolKind, Name: pool}}}
+		if len(annotations) > 0 {
+			c.Annotations = annotations[0]
+		}
 		g.Expect(env.Client.Create(ctx, c)).To(Succeed())
 	}
 }
@@ -307,25 +310,48 @@ func label(m *dto.Metric, name string) string {
 }
 
 // TestBurstUnderANewSecret wakes a burst of claims at once under a Secret nothing was
-// registered under yet, so that it is not protected: the claims that find another
-// claim's record naming it, or another claim writing the first such record, wait for
-// the Secret controller to protect it without writing anything, and then write their
-// pending record once, with the attempt time. Only the first claim writes its record
-// twice: first without an attempt time (which asks for the protection), then with one.
+// registered under yet.
+//   - Named by the pool: the Secret protector protects it as soon as the pool exists, so
+//     every claim writes its pending record once, with its attempt time, and sends.
+//   - Named by the claims' annotation: it is not protected until a record names it. The
+//     claims that find another claim's record naming it, or another claim writing the
+//     first such record, wait for the protector without writing anything, and then
+//     write their pending record once. Only the first claim writes its record twice:
+//     first without an attempt time (which asks for the protection), then with one.
 func TestBurstUnderANewSecret(t *testing.T) {
+	for _, byPool := range []bool{true, false} {
+		name := map[bool]string{true: "named by the pool", false: "named by the claims"}[byPool]
+		t.Run(name, func(t *testing.T) { burstUnderANewSecret(t, byPool) })
+	}
+}
+
+func burstUnderANewSecret(t *testing.T, byPool bool) {
 	g := NewWithT(t)
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "fresh-"}}
 	g.Expect(env.Client.Create(ctx, ns)).To(Succeed())
-	g.Expect(env.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "fresh"},
-		Data: map[string][]byte{"secret": []byte("a-new-secret-value-of-32-charact")}})).To(Succeed())
+	fresh := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "fresh"},
+		Data: map[string][]byte{"secret": []byte("a-new-secret-value-of-32-charact")}}
+	g.Expect(env.Client.Create(ctx, fresh)).To(Succeed())
 	// Paused while the claims are made: unpausing wakes them all at once.
 	pool := &ipamv1alpha1.VitistackIPPool{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "fresh",
 		Annotations: map[string]string{clusterv1.PausedAnnotation: "true"}},
-		Spec: ipamv1alpha1.VitistackIPPoolSpec{Zone: "hnet-private", IPFamily: ipamv1alpha1.IPv4,
-			SecretRef: &ipamv1alpha1.SecretReference{Name: "fresh", Key: "secret"}}}
+		Spec: ipamv1alpha1.VitistackIPPoolSpec{Zone: "hnet-private", IPFamily: ipamv1alpha1.IPv4}}
+	var annotations map[string]string
+	if byPool {
+		pool.Spec.SecretRef = &ipamv1alpha1.SecretReference{Name: "fresh", Key: "secret"}
+	} else {
+		annotations = map[string]string{ipamv1alpha1.SecretAnnotation: "fresh"}
+	}
 	g.Expect(env.Client.Create(ctx, pool)).To(Succeed())
+	protected := func() []string {
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(fresh), fresh)).To(Succeed())
+		return fresh.Finalizers
+	}
+	if byPool {
+		g.Eventually(protected).Should(ContainElement(ipamv1alpha1.SecretInUseFinalizer), "the pool's Secret is protected before any claim")
+	}
 	const n = 60
-	createClaims(g, ns.Name, pool.Name, "fresh", n)
+	createClaims(g, ns.Name, pool.Name, "fresh", n, annotations)
 
 	before, err := apicount.Read(ctx, env.Config)
 	g.Expect(err).NotTo(HaveOccurred())
@@ -341,19 +367,25 @@ func TestBurstUnderANewSecret(t *testing.T) {
 
 	writes := providerWrites(after.Since(before))
 	t.Logf("%d claims bound under a new Secret: writes\n%s", n, writes)
-	sec := &corev1.Secret{}
-	g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: "fresh"}, sec)).To(Succeed())
-	g.Expect(sec.Finalizers).To(ContainElement(ipamv1alpha1.SecretInUseFinalizer), "the Secret is protected")
+	g.Expect(protected()).To(ContainElement(ipamv1alpha1.SecretInUseFinalizer), "the Secret is protected")
 	g.Expect(env.Sim.Stats().Total(sim.RouteRegister)-simBefore.Total(sim.RouteRegister)).To(Equal(n), "one registration a claim")
 	g.Expect(writes.Get("POST", "ipaddresses")).To(BeNumerically("==", n))
-	g.Expect(writes.Get("PATCH", "ipaddressclaims")).To(BeNumerically("<=", n+1),
-		"claims other than the first wrote their pending record twice")
+	reads := after.Since(before).Get("GET", "secrets")
+	if byPool {
+		g.Expect(writes.Get("PATCH", "ipaddressclaims")).To(BeNumerically("==", n), "claims wrote their pending record more than once")
+		g.Expect(writes.Get("PATCH", "secrets")).To(BeZero(), "the Secret was protected again")
+		// One uncached read a claim, and one for each readiness check of the pool (the
+		// unpause is a change).
+		g.Expect(reads).To(BeNumerically("<=", n+2), "uncached Secret reads: more than one a claim")
+	} else {
+		g.Expect(writes.Get("PATCH", "ipaddressclaims")).To(BeNumerically("<=", n+1),
+			"claims other than the first wrote their pending record twice")
+	}
 	// A claim reads the Secret, uncached, in each reconcile that may send under it: when
 	// it finds it unprotected, and again when it is woken (how often a claim is
 	// reconciled before the Secret is protected depends on timing). The protector and
 	// the pool read it once a reconcile too (the protector twice when a webhook refused
 	// its patch, to cut the Secret's values out of the error).
-	reads := after.Since(before).Get("GET", "secrets")
 	reconciled := readers() - reconciledBefore
 	t.Logf("%g uncached Secret reads in %g reconciles", reads, reconciled)
 	g.Expect(reads).To(BeNumerically("<=", reconciled+2), "uncached Secret reads: more than one a reconcile")

@@ -132,25 +132,19 @@ func (a *Adapter) claimsWaitingForRoom(ctx context.Context, o client.Object) []r
 		return nil
 	}
 	zone := pool.PoolSpec().Zone
-	local := &ipamv1alpha1.VitistackIPPoolList{}
-	global := &ipamv1alpha1.GlobalVitistackIPPoolList{}
-	if err := a.Client.List(ctx, local, client.UnsafeDisableDeepCopy); err != nil {
-		ctrl.LoggerFrom(ctx).Error(err, "Listing the pools of a zone failed")
-		return nil
-	}
-	if err := a.Client.List(ctx, global, client.UnsafeDisableDeepCopy); err != nil {
+	pools, err := index.ListPools(ctx, a.Client, client.UnsafeDisableDeepCopy)
+	if err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Listing the pools of a zone failed")
 		return nil
 	}
 	var refs []string
-	for _, p := range local.Items {
-		if p.Spec.Subnet != "" && p.Spec.Zone == zone {
-			refs = append(refs, index.PoolRefValue(ipamv1alpha1.VitistackIPPoolKind, p.Name))
-		}
-	}
-	for _, p := range global.Items {
-		if p.Spec.Subnet != "" && p.Spec.Zone == zone {
-			refs = append(refs, index.PoolRefValue(ipamv1alpha1.GlobalVitistackIPPoolKind, p.Name))
+	for _, p := range pools {
+		if p.PoolSpec().Subnet != "" && p.PoolSpec().Zone == zone {
+			kind := ipamv1alpha1.VitistackIPPoolKind
+			if p.GetNamespace() == "" {
+				kind = ipamv1alpha1.GlobalVitistackIPPoolKind
+			}
+			refs = append(refs, index.PoolRefValue(kind, p.GetName()))
 		}
 	}
 	var reqs []reconcile.Request

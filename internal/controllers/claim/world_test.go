@@ -309,7 +309,7 @@ func (w *world) check() {
 // the world's namespaces (holders under every cluster ID).
 func (w *world) problems() []string {
 	w.t.Helper()
-	a, err := chaos.Account(w.ctx, w.direct, w.api.Registrations(), map[string]bool{"uid-apps": true, "uid-provider": true})
+	a, err := chaos.Account(w.ctx, w.direct, w.api.Registrations(), map[string]bool{"uid-apps": true, "uid-provider": true}, w.cfg.DefaultSecret)
 	must(w.t, err)
 	return a.Entries()
 }

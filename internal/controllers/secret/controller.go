@@ -33,10 +33,11 @@ import (
 // when Resync is not set.
 const defaultResync = time.Minute
 
-// Protector keeps Secrets that own addresses from being deleted (the finalizer) or
-// silently changed (the fingerprint), from what the cluster records. It is enqueued by
-// claims and IPAddresses, the records; Secrets themselves are not watched (the manager
-// has no list/watch on Secrets).
+// Protector keeps Secrets that own addresses, or will, from being deleted (the
+// finalizer) or silently changed (the fingerprint): every Secret key that a pool
+// names (its spec.secretRef, else the default Secret) or a record names (a claim's or
+// an IPAddress's). It is enqueued by pools, claims and IPAddresses; Secrets themselves
+// are not watched (the manager has no list/watch on Secrets).
 type Protector struct {
 	// Client is the manager's cached client: records are looked up through indexes.
 	Client client.Client
@@ -69,7 +70,9 @@ func (p *Protector) SetupWithManager(ctx context.Context, mgr ctrl.Manager) erro
 		Named("secret-protector").
 		WithOptions(controller.Options{MaxConcurrentReconciles: 2}).
 		Watches(&ipamv1.IPAddressClaim{}, p.recordsChanged()).
-		Watches(&ipamv1.IPAddress{}, p.recordsChanged())
+		Watches(&ipamv1.IPAddress{}, p.recordsChanged()).
+		Watches(&ipamv1alpha1.VitistackIPPool{}, p.recordsChanged()).
+		Watches(&ipamv1alpha1.GlobalVitistackIPPool{}, p.recordsChanged())
 	if p.Asks != nil {
 		b = b.WatchesRawSource(source.Channel(p.Asks, &handler.EnqueueRequestForObject{}))
 	}
@@ -83,9 +86,12 @@ func (p *Protector) SetupWithManager(ctx context.Context, mgr ctrl.Manager) erro
 // deletions looks at it about once a second, not once per record.
 const removalDelay = time.Second
 
-// recordsChanged enqueues the Secrets a record starts naming, unless the protector has
-// already protected that key (a burst of claims under one Secret asks once), and,
-// delayed, the Secrets a record stops naming.
+// recordsChanged enqueues the Secrets a pool or a record starts naming, unless the
+// protector has already protected that key (a burst of claims under one Secret asks
+// once), and, delayed, the Secrets one stops naming. Every update of a pool enqueues
+// its Secret until it is protected: a Secret made after the pool (the default Secret,
+// which the pool's first readiness check creates, say) is protected before the first
+// claim comes.
 func (p *Protector) recordsChanged() handler.TypedEventHandler[client.Object, reconcile.Request] {
 	named := func(q workqueue.TypedRateLimitingInterface[reconcile.Request], refs []record.ObjectRef) {
 		for _, ref := range refs {
@@ -101,15 +107,19 @@ func (p *Protector) recordsChanged() handler.TypedEventHandler[client.Object, re
 	}
 	return handler.Funcs{
 		CreateFunc: func(_ context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			named(q, secretsOf(e.Object))
+			named(q, p.secretsOf(e.Object))
 		},
 		UpdateFunc: func(_ context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			before, after := secretsOf(e.ObjectOld), secretsOf(e.ObjectNew)
-			named(q, without(after, before))
+			before, after := p.secretsOf(e.ObjectOld), p.secretsOf(e.ObjectNew)
+			if _, pool := e.ObjectNew.(ipamv1alpha1.Pool); pool {
+				named(q, after)
+			} else {
+				named(q, without(after, before))
+			}
 			unnamed(q, without(before, after))
 		},
 		DeleteFunc: func(_ context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			unnamed(q, secretsOf(e.Object))
+			unnamed(q, p.secretsOf(e.Object))
 		},
 	}
 }
@@ -125,15 +135,19 @@ func without(a, b []record.ObjectRef) []record.ObjectRef {
 	return out
 }
 
-// secretsOf is the Secret keys an object's record names.
-func secretsOf(o client.Object) []record.ObjectRef {
+// secretsOf is the Secret keys a pool or an object's record names.
+func (p *Protector) secretsOf(o client.Object) []record.ObjectRef {
 	var reg *record.Registration
 	var err error
-	switch o.(type) {
+	switch x := o.(type) {
 	case *ipamv1.IPAddressClaim:
 		reg, err = record.OnClaim(o.GetAnnotations())
 	case *ipamv1.IPAddress:
 		reg, err = record.OnAddress(o.GetLabels(), o.GetAnnotations())
+	case ipamv1alpha1.Pool:
+		if ref := registrar.PoolSecret(x, p.defaultSecret()); ref.Name != "" {
+			return []record.ObjectRef{ref}
+		}
 	}
 	if err != nil || reg == nil {
 		return nil
@@ -141,7 +155,16 @@ func secretsOf(o client.Object) []record.ObjectRef {
 	return reg.Secrets()
 }
 
-// Reconcile protects a Secret while any record names it, and lets it go when none does.
+// defaultSecret is the provider's default Secret (none without Secrets).
+func (p *Protector) defaultSecret() types.NamespacedName {
+	if p.Secrets == nil {
+		return types.NamespacedName{}
+	}
+	return p.Secrets.Default
+}
+
+// Reconcile protects a Secret while any pool or record names it, and lets it go when
+// none does.
 func (p *Protector) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	res, sec, ready, err := p.protect(ctx, req)
 	if p.Secrets == nil {
@@ -202,7 +225,7 @@ func (p *Protector) valueChanged(ctx context.Context, secret types.NamespacedNam
 	return registrar.WakeKeys(ctx, p.Wake, slices.Collect(maps.Keys(woken)))
 }
 
-// protect makes the Secret's protection what its records need; it returns the Secret
+// protect makes the Secret's protection what its pools and records need; it returns the Secret
 // as the API server has it now (nil: it is gone), and its ready keys: protected, with
 // the fingerprint of their value.
 func (p *Protector) protect(ctx context.Context, req ctrl.Request) (ctrl.Result, *corev1.Secret, []string, error) {
@@ -218,7 +241,8 @@ func (p *Protector) protect(ctx context.Context, req ctrl.Request) (ctrl.Result,
 		return ctrl.Result{}, nil, nil, errors.Wrapf(err, "reading Secret %s", req.NamespacedName)
 	}
 	if len(keys) == 0 && controllerutil.ContainsFinalizer(sec, ipamv1alpha1.SecretInUseFinalizer) {
-		// The cache may lag a record just written: ask the API server before letting go.
+		// The cache may lag a pool or record just written: ask the API server before
+		// letting go.
 		if keys, err = p.referencedKeys(ctx, req.NamespacedName, p.Reader, false); err != nil {
 			return ctrl.Result{}, nil, nil, err
 		}
@@ -228,7 +252,7 @@ func (p *Protector) protect(ctx context.Context, req ctrl.Request) (ctrl.Result,
 	want := map[string]string{}
 	for _, k := range keys {
 		if v, ok := fp[k]; ok {
-			want[k] = v // recorded when the first address was registered under it: never rewritten
+			want[k] = v // taken when a pool or record first named the key: never rewritten while one does
 		} else if v, ok := sec.Data[k]; ok {
 			want[k] = record.Fingerprint(v)
 		}
@@ -300,8 +324,8 @@ func (p *Protector) list(ctx context.Context, secret types.NamespacedName, liste
 	return p.Ledger.Set(ctx, secret, listed)
 }
 
-// referencedKeys lists the keys of the Secret that records name, through the indexes
-// (cached reader) or by listing everything (the API server).
+// referencedKeys lists the keys of the Secret that pools and records name, through the
+// indexes (cached reader) or by listing everything (the API server).
 func (p *Protector) referencedKeys(ctx context.Context, secret types.NamespacedName, r client.Reader, cached bool) ([]string, error) {
 	var opts []client.ListOption
 	if cached {
@@ -334,6 +358,19 @@ func (p *Protector) referencedKeys(ctx context.Context, secret types.NamespacedN
 	for _, a := range addrs.Items {
 		if reg, err := record.OnAddress(a.Labels, a.Annotations); err == nil && reg != nil {
 			add(reg)
+		}
+	}
+	var poolOpts []client.ListOption
+	if cached {
+		poolOpts = append(poolOpts, client.UnsafeDisableDeepCopy)
+	}
+	pools, err := index.ListPools(ctx, r, poolOpts...)
+	if err != nil {
+		return nil, errors.Wrap(err, "listing the pools")
+	}
+	for _, pool := range pools {
+		if ref := registrar.PoolSecret(pool, p.defaultSecret()); ref.ObjectKey() == secret {
+			keys[ref.Key] = true
 		}
 	}
 	return slices.Sorted(maps.Keys(keys)), nil

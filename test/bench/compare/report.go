@@ -172,16 +172,22 @@ func markdown(o *options, results []*result, took time.Duration, loadBefore stri
 		"requests per claim while deleting, every client's.\n\n")
 	p("| configuration | N | kube-apiserver s bind / delete | etcd s bind / delete | kube-controller-manager s bind / delete | requests per claim while deleting |\n|---|--:|--:|--:|--:|---|\n")
 	for _, rw := range all {
-		if len(rw.ok) == 0 || !rw.ok[0].deleted {
+		if len(rw.ok) == 0 || !rw.ok[0].deleted && !rw.spec.memoryOnly {
 			continue
 		}
 		cells := make([]string, 0, len(controlPlaneComponents))
 		for _, c := range controlPlaneComponents {
-			cells = append(cells, fmt.Sprintf("%.1f / %.1f", rw.median(func(r *result) float64 { return r.bindCP[c].Seconds() }),
-				rw.median(func(r *result) float64 { return r.deleteCP[c].Seconds() })))
+			del := "–" // the memory run deletes nothing
+			if rw.ok[0].deleted {
+				del = fmt.Sprintf("%.1f", rw.median(func(r *result) float64 { return r.deleteCP[c].Seconds() }))
+			}
+			cells = append(cells, fmt.Sprintf("%.1f / %s", rw.median(func(r *result) float64 { return r.bindCP[c].Seconds() }), del))
 		}
-		del := rw.medianCounts(func(r *result) apicount.Counts { return r.deleteRequests }, func(r *result) float64 { return float64(r.spec.n) })
-		p("| %s | %d | %s | %s |\n", rw.spec.name(), rw.spec.n, strings.Join(cells, " | "), inline(del, "%.2f"))
+		del := "–"
+		if rw.ok[0].deleted {
+			del = inline(rw.medianCounts(func(r *result) apicount.Counts { return r.deleteRequests }, func(r *result) float64 { return float64(r.spec.n) }), "%.2f")
+		}
+		p("| %s | %d | %s | %s |\n", rw.spec.name(), rw.spec.n, strings.Join(cells, " | "), del)
 	}
 	return b.String()
 }
