@@ -104,10 +104,10 @@ const (
 	RefusedInputsAnnotation = annotationPrefix + "refused-inputs"
 )
 
-// SecretFingerprintsAnnotation on a Secret that owns addresses holds, by key, the
-// fingerprint of the value the addresses are registered under (JSON). Only readers of
-// the Secret see it. A release or registration with a value whose fingerprint differs
-// is refused: the value was changed after addresses were registered under it.
+// SecretFingerprintsAnnotation on a Secret that a pool or a record names holds, by key,
+// the fingerprint of the value (JSON), taken when a pool or record first named the key.
+// Only readers of the Secret see it. A release or registration with a value whose
+// fingerprint differs is refused: the value was changed in place.
 const SecretFingerprintsAnnotation = annotationPrefix + "value-fingerprints"
 
 // DescriptionAnnotation says, on the objects the provider creates for itself (the

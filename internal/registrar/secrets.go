@@ -134,8 +134,8 @@ func secretFrom(ref record.ObjectRef, sec *corev1.Secret) (*Secret, error) {
 		return nil, &SecretNotFoundError{Ref: ref, NoKey: true,
 			Hint: "add the key \"" + ref.Key + "\" with the IPAM-API secret (8 to 64 characters) to it"}
 	}
-	if n := utf8.RuneCount(v); n < 8 || n > 64 { // the IPAM-API counts characters
-		return nil, &SecretInvalidError{Ref: ref, N: n, ResourceVersion: sec.ResourceVersion}
+	if !UsableValue(v) {
+		return nil, &SecretInvalidError{Ref: ref, N: utf8.RuneCount(v), ResourceVersion: sec.ResourceVersion}
 	}
 	return &Secret{
 		Ref:             ref,
@@ -145,6 +145,13 @@ func secretFrom(ref record.ObjectRef, sec *corev1.Secret) (*Secret, error) {
 		Deleting:        !sec.DeletionTimestamp.IsZero(),
 		Fingerprint:     record.Fingerprints(sec.Annotations)[ref.Key],
 	}, nil
+}
+
+// UsableValue reports whether the IPAM-API accepts v as a secret: 8 to 64 characters
+// (it counts characters, not bytes).
+func UsableValue(v []byte) bool {
+	n := utf8.RuneCount(v)
+	return n >= 8 && n <= 64
 }
 
 // createDefault creates the default secret. Many claims may find it missing at once,

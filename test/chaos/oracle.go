@@ -300,7 +300,7 @@ func protection(s *corev1.Secret, keys map[string]bool, listed map[types.Namespa
 	}
 	for _, k := range sortedKeys(keys) {
 		if _, ok := fps[k]; !ok {
-			if _, has := s.Data[k]; has {
+			if v, has := s.Data[k]; has && registrar.UsableValue(v) {
 				out = append(out, fmt.Sprintf("Secret %s: pools or records name its key %q, which has no fingerprint", key, k))
 			}
 		}

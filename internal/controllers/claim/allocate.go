@@ -120,9 +120,10 @@ func (h *Handler) connect(ctx context.Context, reg *record.Registration) (ipamap
 }
 
 func secretChanged(sec *registrar.Secret) outcome {
-	return failed(ipamv1alpha1.ClaimReadySecretValueChangedReason, fmt.Sprintf("the value of Secret %s/%s key %s changed after addresses "+
-		"were registered under it, so the IPAM-API no longer knows them by it: restore the previous value; to move addresses to a new "+
-		"value, put it in a new Secret and point the claims at it (the provider rotates them)", sec.Ref.Namespace, sec.Ref.Name, sec.Ref.Key))
+	return failed(ipamv1alpha1.ClaimReadySecretValueChangedReason, fmt.Sprintf("the value of Secret %s/%s key %s changed after it was "+
+		"fingerprinted (when a pool or a claim first named it), and addresses registered under the old value would no longer be known "+
+		"by it: restore the previous value; to use another value, put it in a new Secret and point the pool or the claims at it (the "+
+		"provider rotates registered addresses)", sec.Ref.Namespace, sec.Ref.Name, sec.Ref.Key))
 }
 
 // sent is what became of a registration request.

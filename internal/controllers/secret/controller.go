@@ -100,6 +100,11 @@ func (p *Protector) recordsChanged() handler.TypedEventHandler[client.Object, re
 			}
 		}
 	}
+	always := func(q workqueue.TypedRateLimitingInterface[reconcile.Request], refs []record.ObjectRef) {
+		for _, ref := range refs {
+			q.Add(reconcile.Request{NamespacedName: ref.ObjectKey()})
+		}
+	}
 	unnamed := func(q workqueue.TypedRateLimitingInterface[reconcile.Request], refs []record.ObjectRef) {
 		for _, ref := range refs {
 			q.AddAfter(reconcile.Request{NamespacedName: ref.ObjectKey()}, removalDelay)
@@ -107,11 +112,16 @@ func (p *Protector) recordsChanged() handler.TypedEventHandler[client.Object, re
 	}
 	return handler.Funcs{
 		CreateFunc: func(_ context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			named(q, p.secretsOf(e.Object))
+			if _, pool := e.Object.(ipamv1alpha1.Pool); pool {
+				always(q, p.secretsOf(e.Object)) // rare; and the protector may be letting the Secret go right now
+			} else {
+				named(q, p.secretsOf(e.Object))
+			}
 		},
 		UpdateFunc: func(_ context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 			before, after := p.secretsOf(e.ObjectOld), p.secretsOf(e.ObjectNew)
 			if _, pool := e.ObjectNew.(ipamv1alpha1.Pool); pool {
+				always(q, without(after, before))
 				named(q, after)
 			} else {
 				named(q, without(after, before))
@@ -169,6 +179,9 @@ func (p *Protector) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 	res, sec, ready, err := p.protect(ctx, req)
 	if p.Secrets == nil {
 		return res, err
+	}
+	if sec == nil && err == nil {
+		p.Secrets.Protected.Set(req.NamespacedName, nil) // gone: a Secret made again under the name is not protected
 	}
 	// The claims that wait for the Secret say why, should this keep failing.
 	p.Secrets.Protected.Tried(req.NamespacedName, err)
@@ -229,23 +242,26 @@ func (p *Protector) valueChanged(ctx context.Context, secret types.NamespacedNam
 // as the API server has it now (nil: it is gone), and its ready keys: protected, with
 // the fingerprint of their value.
 func (p *Protector) protect(ctx context.Context, req ctrl.Request) (ctrl.Result, *corev1.Secret, []string, error) {
-	keys, err := p.referencedKeys(ctx, req.NamespacedName, p.Client, true)
+	named, err := p.referencedKeys(ctx, req.NamespacedName, p.Client, true)
 	if err != nil {
 		return ctrl.Result{}, nil, nil, err
 	}
 	sec := &corev1.Secret{}
 	if err := p.Reader.Get(ctx, req.NamespacedName, sec); err != nil {
 		if apierrors.IsNotFound(err) {
-			return ctrl.Result{}, nil, nil, p.list(ctx, req.NamespacedName, false)
+			// A pool names it: it is looked at again, should it be created.
+			return p.resync(len(named.all) > 0), nil, nil, p.list(ctx, req.NamespacedName, false)
 		}
 		return ctrl.Result{}, nil, nil, errors.Wrapf(err, "reading Secret %s", req.NamespacedName)
 	}
+	keys := named.of(sec)
 	if len(keys) == 0 && controllerutil.ContainsFinalizer(sec, ipamv1alpha1.SecretInUseFinalizer) {
 		// The cache may lag a pool or record just written: ask the API server before
 		// letting go.
-		if keys, err = p.referencedKeys(ctx, req.NamespacedName, p.Reader, false); err != nil {
+		if named, err = p.referencedKeys(ctx, req.NamespacedName, p.Reader, false); err != nil {
 			return ctrl.Result{}, nil, nil, err
 		}
+		keys = named.of(sec)
 	}
 	before := sec.DeepCopy()
 	fp := record.Fingerprints(sec.Annotations)
@@ -253,8 +269,8 @@ func (p *Protector) protect(ctx context.Context, req ctrl.Request) (ctrl.Result,
 	for _, k := range keys {
 		if v, ok := fp[k]; ok {
 			want[k] = v // taken when a pool or record first named the key: never rewritten while one does
-		} else if v, ok := sec.Data[k]; ok {
-			want[k] = record.Fingerprint(v)
+		} else if v, ok := sec.Data[k]; ok && registrar.UsableValue(v) {
+			want[k] = record.Fingerprint(v) // not of a value nothing can be registered under: it is fixed in place
 		}
 	}
 	if sec.Annotations == nil {
@@ -268,13 +284,7 @@ func (p *Protector) protect(ctx context.Context, req ctrl.Request) (ctrl.Result,
 	}
 	// Looked at again now and then while protected: a finalizer or fingerprint someone
 	// stripped comes back (Secrets are not watched).
-	res := ctrl.Result{}
-	if len(keys) > 0 {
-		res.RequeueAfter = p.Resync
-		if res.RequeueAfter <= 0 {
-			res.RequeueAfter = defaultResync
-		}
-	}
+	res := p.resync(len(keys) > 0)
 	if len(keys) > 0 {
 		// Listed before it is protected: a protected Secret is always listed.
 		if err := p.list(ctx, req.NamespacedName, true); err != nil {
@@ -316,6 +326,31 @@ func (p *Protector) protect(ctx context.Context, req ctrl.Request) (ctrl.Result,
 	return res, sec, ready, nil
 }
 
+// resync is the result of a reconcile that looks at the Secret again after the resync
+// interval, if again.
+func (p *Protector) resync(again bool) ctrl.Result {
+	if !again {
+		return ctrl.Result{}
+	}
+	if p.Resync > 0 {
+		return ctrl.Result{RequeueAfter: p.Resync}
+	}
+	return ctrl.Result{RequeueAfter: defaultResync}
+}
+
+// names are the keys of a Secret that pools and records name.
+type names struct{ all, byRecord []string }
+
+// of is the keys the Secret's protection needs: those pools or records name, or, once
+// the Secret is being deleted, only those records name (a pool alone does not hold
+// its deletion: nothing is registered under it).
+func (n names) of(sec *corev1.Secret) []string {
+	if !sec.DeletionTimestamp.IsZero() {
+		return n.byRecord
+	}
+	return n.all
+}
+
 // list lists the Secret in the ledger, or takes it off.
 func (p *Protector) list(ctx context.Context, secret types.NamespacedName, listed bool) error {
 	if p.Ledger == nil {
@@ -326,7 +361,7 @@ func (p *Protector) list(ctx context.Context, secret types.NamespacedName, liste
 
 // referencedKeys lists the keys of the Secret that pools and records name, through the
 // indexes (cached reader) or by listing everything (the API server).
-func (p *Protector) referencedKeys(ctx context.Context, secret types.NamespacedName, r client.Reader, cached bool) ([]string, error) {
+func (p *Protector) referencedKeys(ctx context.Context, secret types.NamespacedName, r client.Reader, cached bool) (names, error) {
 	var opts []client.ListOption
 	if cached {
 		opts = append(opts, client.MatchingFields{index.ClaimSecret: secret.String()}, client.UnsafeDisableDeepCopy)
@@ -341,7 +376,7 @@ func (p *Protector) referencedKeys(ctx context.Context, secret types.NamespacedN
 	}
 	claims := &ipamv1.IPAddressClaimList{}
 	if err := r.List(ctx, claims, opts...); err != nil {
-		return nil, errors.Wrap(err, "listing the claims that record the Secret")
+		return names{}, errors.Wrap(err, "listing the claims that record the Secret")
 	}
 	for _, c := range claims.Items {
 		if reg, err := record.OnClaim(c.Annotations); err == nil && reg != nil {
@@ -353,7 +388,7 @@ func (p *Protector) referencedKeys(ctx context.Context, secret types.NamespacedN
 	}
 	addrs := &ipamv1.IPAddressList{}
 	if err := r.List(ctx, addrs, opts...); err != nil {
-		return nil, errors.Wrap(err, "listing the IPAddresses that record the Secret")
+		return names{}, errors.Wrap(err, "listing the IPAddresses that record the Secret")
 	}
 	for _, a := range addrs.Items {
 		if reg, err := record.OnAddress(a.Labels, a.Annotations); err == nil && reg != nil {
@@ -366,12 +401,14 @@ func (p *Protector) referencedKeys(ctx context.Context, secret types.NamespacedN
 	}
 	pools, err := index.ListPools(ctx, r, poolOpts...)
 	if err != nil {
-		return nil, errors.Wrap(err, "listing the pools")
+		return names{}, errors.Wrap(err, "listing the pools")
 	}
+	out := names{byRecord: slices.Sorted(maps.Keys(keys))}
 	for _, pool := range pools {
 		if ref := registrar.PoolSecret(pool, p.defaultSecret()); ref.ObjectKey() == secret {
 			keys[ref.Key] = true
 		}
 	}
-	return slices.Sorted(maps.Keys(keys)), nil
+	out.all = slices.Sorted(maps.Keys(keys))
+	return out, nil
 }
