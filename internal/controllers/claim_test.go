@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/manager"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/record"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi/sim"
 )
@@ -181,11 +182,7 @@ func TestAStrippedSecretFinalizerComesBackForTheNextClaim(t *testing.T) {
 // delete when it looks again, every --secret-recheck-interval).
 func TestAPoolsSecretIsProtectedWhileThePoolNamesIt(t *testing.T) {
 	g := NewWithT(t)
-	opts := mgrOpts
-	opts.SecretRecheckInterval = time.Second
-	g.Expect(env.StopManager()).To(Succeed())
-	g.Expect(env.StartManager(ctx, opts)).To(Succeed())
-	t.Cleanup(func() { _ = env.StopManager(); _ = env.StartManager(ctx, mgrOpts) })
+	startManagerWith(t, func(o *manager.Options) { o.SecretRecheckInterval = time.Second })
 	ns := newNamespace(t)
 	const value = "the-pools-secret-value"
 	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "owner"}, Data: map[string][]byte{"secret": []byte(value)}}
@@ -561,11 +558,7 @@ func TestAHugeErrorBodyStillShowsAsACondition(t *testing.T) {
 // value is restored; their release then goes through.
 func TestABoundClaimSaysWhenItsSecretValueChanges(t *testing.T) {
 	g := NewWithT(t)
-	opts := mgrOpts
-	opts.SecretRecheckInterval = time.Second
-	g.Expect(env.StopManager()).To(Succeed())
-	g.Expect(env.StartManager(ctx, opts)).To(Succeed())
-	t.Cleanup(func() { _ = env.StopManager(); _ = env.StartManager(ctx, mgrOpts) })
+	startManagerWith(t, func(o *manager.Options) { o.SecretRecheckInterval = time.Second })
 
 	ns := newNamespace(t)
 	const value = "the-value-it-was-registered-under"

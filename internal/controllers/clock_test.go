@@ -34,16 +34,7 @@ func (c *jumpingClock) jump(to time.Duration)           { c.offset.Store(int64(t
 // the suite's options again after the test; it returns the options it started with.
 func startManagerWithClock(t *testing.T, clock *jumpingClock) manager.Options {
 	t.Helper()
-	g := NewWithT(t)
-	opts := mgrOpts
-	opts.Clock = clock
-	g.Expect(env.StopManager()).To(Succeed())
-	g.Expect(env.StartManager(ctx, opts)).To(Succeed())
-	t.Cleanup(func() {
-		g.Expect(env.StopManager()).To(Succeed())
-		g.Expect(env.StartManager(ctx, mgrOpts)).To(Succeed())
-	})
-	return opts
+	return startManagerWith(t, func(o *manager.Options) { o.Clock = clock })
 }
 
 // The manager dies just after the IPAM-API registered an address whose answer was

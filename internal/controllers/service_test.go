@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/manager"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/testenv"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi/sim"
 )
@@ -304,14 +305,10 @@ func TestServiceFromTheIPAMOperatorIsAdopted(t *testing.T) {
 	g := NewWithT(t)
 	servicePools(t)
 	// The operator's default secret, where it kept it.
-	opts := mgrOpts
-	opts.DefaultSecretNamespace = ""
 	g.Expect(client.IgnoreAlreadyExists(env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ipam-system"}}))).To(Succeed())
 	g.Expect(env.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ipam-system", Name: "default"},
 		Data: map[string][]byte{"secret": []byte("OperatorDefaultSecret0123456789a")}})).To(Succeed())
-	g.Expect(env.StopManager()).To(Succeed())
-	g.Expect(env.StartManager(ctx, opts)).To(Succeed())
-	t.Cleanup(func() { _ = env.StopManager(); _ = env.StartManager(ctx, mgrOpts) })
+	startManagerWith(t, func(o *manager.Options) { o.DefaultSecretNamespace = "" })
 
 	ns := newNamespace(t)
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "legacy"}}

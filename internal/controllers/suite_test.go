@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/manager"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/testenv"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi/sim"
 )
@@ -49,6 +50,22 @@ const (
 	eventually = 20 * time.Second
 	poll       = 50 * time.Millisecond
 )
+
+// startManagerWith runs the manager with the suite's options changed by change for the
+// rest of the test, and with the suite's own after it. It returns the options.
+func startManagerWith(t *testing.T, change func(*manager.Options)) manager.Options {
+	t.Helper()
+	g := NewWithT(t)
+	opts := mgrOpts
+	change(&opts)
+	g.Expect(env.StopManager()).To(Succeed())
+	g.Expect(env.StartManager(ctx, opts)).To(Succeed())
+	t.Cleanup(func() {
+		g.Expect(env.StopManager()).To(Succeed())
+		g.Expect(env.StartManager(ctx, mgrOpts)).To(Succeed())
+	})
+	return opts
+}
 
 // newNamespace creates a namespace for one test.
 func newNamespace(t *testing.T) *corev1.Namespace {

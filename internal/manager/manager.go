@@ -116,7 +116,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"Subnet mode: how long an address found held by someone else in the IPAM-API is skipped before it is tried again (a released address stays held until the IPAM-API's sweeper frees it).")
 	fs.DurationVar(&o.SecretRecheckInterval, "secret-recheck-interval", time.Minute,
 		"How often a claim the IPAM-API refused for a reason only a user can fix (wrong secret, zone, address) looks at its Secret again (a change of the claim or its pool is seen at once), "+
-			"and how often each Secret that owns addresses is looked at again: a value changed in place shows on the claims bound under it.")
+			"and how often the Secret protector looks at each Secret it protects, or that a pool names but that does not exist yet: a value changed in place shows on the claims bound under it, "+
+			"and a delete of a Secret that only a pool names goes through, within this time.")
 	fs.StringVar(&o.WatchFilter, "watch-filter", "",
 		"Only reconcile objects whose cluster.x-k8s.io/watch-filter label has this value.")
 	fs.BoolVar(&o.EnableWebhooks, "enable-webhooks", true,

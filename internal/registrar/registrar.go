@@ -121,7 +121,7 @@ func (r *Registrar) ForPool(ctx context.Context, pool ipamv1alpha1.Pool) (*recor
 func PoolSecret(pool ipamv1alpha1.Pool, def types.NamespacedName) record.ObjectRef {
 	ref := pool.PoolSpec().SecretRef
 	if ref == nil {
-		return record.ObjectRef{Namespace: def.Namespace, Name: def.Name, Key: record.DefaultSecretKey}
+		return defaultRef(def)
 	}
 	out := record.ObjectRef{Namespace: ref.Namespace, Name: ref.Name, Key: ref.Key}
 	if pool.GetNamespace() != "" {
@@ -134,8 +134,11 @@ func PoolSecret(pool ipamv1alpha1.Pool, def types.NamespacedName) record.ObjectR
 }
 
 // DefaultSecretRef is the provider's default secret.
-func (r *Registrar) DefaultSecretRef() record.ObjectRef {
-	return record.ObjectRef{Namespace: r.Config.DefaultSecret.Namespace, Name: r.Config.DefaultSecret.Name, Key: record.DefaultSecretKey}
+func (r *Registrar) DefaultSecretRef() record.ObjectRef { return defaultRef(r.Config.DefaultSecret) }
+
+// defaultRef is the key of the default Secret def.
+func defaultRef(def types.NamespacedName) record.ObjectRef {
+	return record.ObjectRef{Namespace: def.Namespace, Name: def.Name, Key: record.DefaultSecretKey}
 }
 
 // API gives the IPAM-API client for a registration's endpoint and CA bundle.

@@ -97,7 +97,7 @@ type Secrets struct {
 
 // IsDefault reports whether ref is the provider's default secret.
 func (s *Secrets) IsDefault(ref record.ObjectRef) bool {
-	return ref.Namespace == s.Default.Namespace && ref.Name == s.Default.Name && ref.Key == record.DefaultSecretKey
+	return ref.Equal(defaultRef(s.Default))
 }
 
 // Get reads the Secret ref points at, with one uncached GET. With createDefault, a

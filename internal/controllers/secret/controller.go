@@ -180,16 +180,14 @@ func (p *Protector) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 	if p.Secrets == nil {
 		return res, err
 	}
-	if sec == nil && err == nil {
-		p.Secrets.Protected.Set(req.NamespacedName, nil) // gone: a Secret made again under the name is not protected
-	}
 	// The claims that wait for the Secret say why, should this keep failing.
 	p.Secrets.Protected.Tried(req.NamespacedName, err)
-	if err != nil || sec == nil {
-		if sec == nil && err == nil {
-			err = p.valueChanged(ctx, req.NamespacedName, nil, nil)
-		}
+	if err != nil {
 		return res, err
+	}
+	if sec == nil {
+		p.Secrets.Protected.Set(req.NamespacedName, nil) // gone: a Secret made again under the name is not protected
+		return res, p.valueChanged(ctx, req.NamespacedName, nil, nil)
 	}
 	if err := p.valueChanged(ctx, req.NamespacedName, sec, ready); err != nil {
 		return res, err
@@ -249,7 +247,7 @@ func (p *Protector) protect(ctx context.Context, req ctrl.Request) (ctrl.Result,
 	sec := &corev1.Secret{}
 	if err := p.Reader.Get(ctx, req.NamespacedName, sec); err != nil {
 		if apierrors.IsNotFound(err) {
-			// A pool names it: it is looked at again, should it be created.
+			// A pool or record names it: it is looked at again, should it be created.
 			return p.resync(len(named.all) > 0), nil, nil, p.list(ctx, req.NamespacedName, false)
 		}
 		return ctrl.Result{}, nil, nil, errors.Wrapf(err, "reading Secret %s", req.NamespacedName)
