@@ -98,9 +98,10 @@ const (
 
 	// RefusedInputsAnnotation on a claim is a digest of what the IPAM-API refused for a
 	// reason only a user can fix (zone, family, secret, address): the claim's
-	// annotations and generation, its pool's generation and readiness, and the
-	// manager's settings. Until one of them, or the Secret's value (kept in the
-	// manager's memory only), changes the request is not sent again.
+	// annotations and generation, its pool's generation and readiness, the manager's
+	// settings and the Secret's value. Until one of them changes the request is not sent
+	// again. The digest is keyed with a key of the manager's process (a restarted
+	// manager sends the request once more), so it tells nothing about the Secret.
 	RefusedInputsAnnotation = annotationPrefix + "refused-inputs"
 )
 

@@ -17,38 +17,32 @@ import (
 type Config struct {
 	// DefaultEndpoint is the IPAM-API base URL for pools without spec.endpoint.
 	DefaultEndpoint string
-	// ClusterID is the cluster_id for pools without spec.clusterID; empty means the
-	// UID of the kube-system Namespace.
+	// ClusterID is the cluster_id for pools without spec.clusterID ("": kube-system's UID).
 	ClusterID string
 	// DefaultSecret is the Secret used when neither claim nor pool names one. It is
 	// created on first use, in a namespace that must exist.
 	DefaultSecret types.NamespacedName
 	// RequestTimeout bounds every IPAM-API request.
 	RequestTimeout time.Duration
-	// QuarantineTime is how long a request whose answer never came may still be carried
-	// out by the IPAM-API; zero means twice RequestTimeout (what the manager uses).
+	// QuarantineTime is how long an unanswered request may still be carried out (0: see Quarantine).
 	QuarantineTime time.Duration
 	// MaxConcurrentReconciles is the number of claims reconciled in parallel.
 	MaxConcurrentReconciles int
 	// PoolProbeInterval is how often a pool's Ready condition is checked again.
 	PoolProbeInterval time.Duration
-	// SubnetRecheckInterval is how long a subnet address found held by someone else is
-	// skipped before it is tried again.
+	// SubnetRecheckInterval is how long a subnet address found held elsewhere is skipped.
 	SubnetRecheckInterval time.Duration
-	// SecretRecheckInterval is how often a claim the IPAM-API refused for a reason only
-	// a user can fix looks at its Secret again (Secrets are not watched); a change of
-	// the claim or its pool is seen at once.
+	// SecretRecheckInterval is how often a claim refused for a reason only a user can fix looks
+	// at its Secret again: Secrets are not watched (claims and pools are).
 	SecretRecheckInterval time.Duration
-	// Clock is the wall clock of registration attempt times (nil: the host's); tests
-	// jump it.
+	// Clock is the wall clock of registration attempt times and claims' ages (nil: the host's).
 	Clock clock.PassiveClock
 	// WatchFilterValue, if set, limits reconciliation to objects with the
 	// cluster.x-k8s.io/watch-filter label of this value.
 	WatchFilterValue string
 }
 
-// Quarantine is how long a registration without an answer may still complete on the
-// IPAM-API: QuarantineTime, else twice the request timeout.
+// Quarantine is QuarantineTime, else twice the request timeout.
 func (c Config) Quarantine() time.Duration {
 	if c.QuarantineTime > 0 {
 		return c.QuarantineTime
@@ -65,8 +59,7 @@ type ClientFactory interface {
 	For(endpoint string, caBundle []byte) (ipamapi.Client, error)
 }
 
-// CachingClientFactory builds one HTTP client per endpoint and CA bundle and keeps
-// it, so connections are reused.
+// CachingClientFactory keeps one HTTP client per endpoint and CA bundle, so connections are reused.
 type CachingClientFactory struct {
 	// Timeout bounds every request.
 	Timeout time.Duration

@@ -19,34 +19,30 @@ import (
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi"
 )
 
-// InFlight is this process's one guard between requests to the IPAM-API: a table of
-// keys, an IPAM-API identity or an address of a zone, each with
-//   - the claims that hold it (Reserve), so two claims never use one identity or one
-//     address even before the cache shows the other's record, until Forget;
-//   - its last registration request: whose, under which attempt time, whether it is
-//     out, whether its answer was seen, and until when it is busy, on the process's
-//     monotonic clock. While a request is out, or one whose answer never came may still
-//     be carried out, no other is sent under the key: the real IPAM-API does not
-//     serialise them, and simultaneous first registrations of one identity each
-//     allocate an address.
+// InFlight is this process's one guard between requests to the IPAM-API, keyed by IPAM-API
+// identity and by address in a zone. Per key it keeps
+//   - the claims holding it (Reserve, until Forget), so two claims never use one identity or
+//     address, even before the cache shows the other's record;
+//   - its last registration request: whose, its attempt time, whether it is out or answered,
+//     and until when it is busy. While a request is out, or an unanswered one may still be
+//     carried out, no other goes under the key: the IPAM-API does not serialise them, and
+//     simultaneous first registrations of one identity each allocate an address.
 //
-// What guards across processes is the attempt time on the claim's record: a request
-// this process did not see answered is waited out from it (MayStillBeInFlight).
+// Across processes, the attempt time on the claim's record guards: a request this process did
+// not see answered is waited out from it (MayStillBeInFlight).
 type InFlight struct {
 	// Reader tells whether a claim still exists.
 	Reader client.Reader
 	// Quarantine is how long a request without an answer may still complete.
 	Quarantine time.Duration
-	// Clock reads the wall clock that attempt times are written and compared in (they
-	// are recorded on claims, for other processes too); nil: the host's.
+	// Clock is the wall clock of attempt times, recorded on claims for any process; nil: the host's.
 	Clock clock.PassiveClock
 
 	mu      sync.Mutex
 	slots   map[string]*slot
 	byClaim map[types.UID][]string // the keys each claim holds
-	// pruneAbove is how many slots may be kept before those that tell nothing any more
-	// are dropped: twice what was left by the last pruning, at least minPruneAbove, so
-	// that the pass happens once per doubling, not on every request of a burst.
+	// pruneAbove is how many slots are kept before dead ones are pruned: twice what the last
+	// pruning left, at least minPruneAbove, so a burst prunes once per doubling, not per request.
 	pruneAbove int
 	origin     time.Time
 }
@@ -54,8 +50,7 @@ type InFlight struct {
 // minPruneAbove is the fewest slots kept before old ones are pruned.
 const minPruneAbove = 4096
 
-// The kinds of keys: an IPAM-API identity (record.Registration.Key), or an address in
-// a zone (record.HostKey).
+// Key kinds: an IPAM-API identity (Registration.Key) or an address in a zone (record.HostKey).
 const (
 	identityKey = "identity|"
 	addressKey  = "address|"
@@ -68,8 +63,8 @@ type slot struct {
 	by            types.UID
 	attempt       time.Time
 	out, answered bool
-	// until is, on the monotonic clock, when the request, if unanswered, can no longer
-	// be carried out. An answered request is remembered while a claim holds the key.
+	// until is when (monotonic) an unanswered request can no longer be carried out; an
+	// answered one is remembered while a claim holds the key.
 	until time.Duration
 }
 
@@ -87,8 +82,7 @@ func (s *slot) left(mono time.Duration) time.Duration {
 type holder struct {
 	uid  types.UID
 	name types.NamespacedName
-	// address is the address of an identity holder; share the share key of an address
-	// holder.
+	// address is an identity holder's address; share an address holder's share key.
 	address, share string
 	exclusive      bool
 }
@@ -100,22 +94,19 @@ func (r holder) conflicts(address, share string, exclusive bool) bool {
 	return HoldersConflict(address, r.address)
 }
 
-// HoldersConflict reports whether two registrations of one identity may not coexist:
-// without an address the IPAM-API would answer both with the same one, and with the
-// same address a release of one would free the other's. Different explicit addresses
-// (a Service moving to a new address, make before break) may coexist.
+// HoldersConflict reports whether two registrations of one identity may not coexist: without
+// an address the IPAM-API answers both with the same one, and with the same address releasing
+// one frees the other's. Different explicit addresses (a Service moving) may coexist.
 func HoldersConflict(a, b string) bool { return a == "" || b == "" || a == b }
 
-// Reserve claims an IPAM-API identity key (with the claim's address, if any) for a
-// claim. It fails, naming the other claim, when a claim that still exists holds a
-// conflicting reservation.
+// Reserve claims an IPAM-API identity key (with the claim's address, if any) for a claim. It
+// fails, naming the other claim, when an existing claim holds a conflicting reservation.
 func (f *InFlight) Reserve(ctx context.Context, key, address string, claim client.Object) (string, bool) {
 	return f.reserve(ctx, identityKey+key, holder{address: address}, claim)
 }
 
-// ReserveAddress claims an address (a record.HostKey) for a claim about to register
-// it, so two claims of this process never register one address at once unless both
-// declare the same share key.
+// ReserveAddress claims an address (a record.HostKey) for a claim about to register it: two
+// claims of this process never register one address at once unless both declare one share key.
 func (f *InFlight) ReserveAddress(ctx context.Context, hostKey, share string, claim client.Object) (string, bool) {
 	return f.reserve(ctx, addressKey+hostKey, holder{share: share, exclusive: true}, claim)
 }
@@ -179,8 +170,7 @@ func (f *InFlight) Forget(uid types.UID) {
 		}
 	}
 	delete(f.byClaim, uid)
-	// A Go map keeps the room it grew to: after a burst of thousands of claims, empty
-	// maps are dropped so that their memory goes too.
+	// Empty maps are dropped: a Go map keeps the room a burst grew it to.
 	if len(f.byClaim) == 0 {
 		f.byClaim = nil
 	}
@@ -189,8 +179,7 @@ func (f *InFlight) Forget(uid types.UID) {
 	}
 }
 
-// slot is the key's slot, made if need be; endpoint (if known) names its IPAM-API host.
-// Callers hold mu.
+// slot is the key's slot, made if need be; endpoint, if known, names its host. Callers hold mu.
 func (f *InFlight) slot(key, endpoint string) *slot {
 	s, ok := f.slots[key]
 	if !ok {
@@ -221,10 +210,9 @@ func (f *InFlight) prune() {
 	f.pruneAbove = 2 * len(f.slots)
 }
 
-// Register sends req, a registration under reg by the claim (or pool) uid, unless
-// another request under its identity or its address is out or may still be carried
-// out: then it fails at once with a transient error, sending nothing. A request
-// without an answer keeps both keys busy for the quarantine.
+// Register sends req, a registration under reg by the claim (or pool) uid, unless another
+// request under its identity or address is busy: then it fails at once with a transient error,
+// sending nothing. A request without an answer keeps both keys busy for the quarantine.
 func (f *InFlight) Register(ctx context.Context, api ipamapi.Client, uid types.UID, reg *record.Registration, req ipamapi.Request) (*ipamapi.Response, error) {
 	keys := keysOf(reg, req.Address)
 	f.mu.Lock()
@@ -267,10 +255,9 @@ func keysOf(reg *record.Registration, address string) []string {
 	return keys
 }
 
-// Busy reports for how long a registration under reg's identity or address, sent by
-// this process or met on a record, may still be carried out (0: none may). A release
-// sent before it ends could be overtaken by it, and the address registered again for
-// good.
+// Busy reports for how long a registration under reg's identity or address, sent by this
+// process or met on a record, may still be carried out (0: none may). A release sent before it
+// ends could be overtaken by it, and the address registered again for good.
 func (f *InFlight) Busy(reg *record.Registration) time.Duration {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -283,8 +270,7 @@ func (f *InFlight) Busy(reg *record.Registration) time.Duration {
 	return left
 }
 
-// ended records the end of a request under keys: answered, or lost (busy for the
-// quarantine from now).
+// ended records the end of a request under keys: answered, or lost (busy for a quarantine).
 func (f *InFlight) ended(keys []string, lost bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -298,8 +284,8 @@ func (f *InFlight) ended(keys []string, lost bool) {
 	}
 }
 
-// Now reads the clock attempt times are compared in (waits are timed on the monotonic
-// clock instead; see MayStillBeInFlight).
+// Now reads the wall clock of attempt times (and of claims' ages); waits for requests are
+// timed on the monotonic clock.
 func (f *InFlight) Now() time.Time {
 	if f.Clock == nil {
 		return time.Now()
@@ -310,11 +296,10 @@ func (f *InFlight) Now() time.Time {
 // AttemptTime is the time to record for a registration request sent now.
 func (f *InFlight) AttemptTime() time.Time { return f.Now().UTC() }
 
-// MayResendUnder reports whether a request sent now may go under the claim's recorded
-// attempt time instead of a new one (saving the write of a new one): this process saw
-// the answer to that attempt, and a request sent now ends (within timeout) before the
-// attempt's quarantine does, so a process that finds the record after a crash still
-// waits long enough. An attempt time ahead of the clock (it went back) is not reused.
+// MayResendUnder reports whether a request sent now may reuse the claim's recorded attempt
+// time, saving a write: this process saw that attempt's answer, and a request sent now ends
+// (within timeout) before the attempt's quarantine does, so a process that finds the record
+// after a crash still waits long enough. An attempt time ahead of the clock is not reused.
 func (f *InFlight) MayResendUnder(uid types.UID, reg *record.Registration, timeout time.Duration) bool {
 	if reg.Attempt.IsZero() || timeout <= 0 {
 		return false
@@ -327,17 +312,12 @@ func (f *InFlight) MayResendUnder(uid types.UID, reg *record.Registration, timeo
 	return seen && elapsed >= 0 && elapsed+timeout < f.Quarantine
 }
 
-// MayStillBeInFlight reports for how long a request under the claim's identity may
-// still be carried out by the IPAM-API (0: none may): one of this process that got no
-// answer, another's that is out, or the claim's recorded attempt, if this process did
-// not see its answer (another process or an earlier run of this one sent it).
-//
-// The attempt time is wall-clock time (it is recorded on the claim, for any process),
-// but the wait is decided once, when this process first meets the attempt, and then
-// timed on the process's monotonic clock: a wall clock that jumps later neither stretches
-// nor cuts it. An attempt time ahead of the clock (written before the clock went back,
-// or by a host whose clock runs ahead) is waited out for one quarantine: the request
-// was sent before now all the same.
+// MayStillBeInFlight reports for how long a request under the claim's identity may still be
+// carried out (0: none may): an unanswered one of this process, another's that is out, or the
+// claim's recorded attempt if this process did not see its answer. The wait is decided once,
+// when this process first meets the attempt's wall-clock time, then timed on the monotonic
+// clock, so a jump of the wall clock neither stretches nor cuts it. An attempt time ahead of the
+// clock is waited out for one quarantine: it was sent before now all the same.
 func (f *InFlight) MayStillBeInFlight(uid types.UID, reg *record.Registration) time.Duration {
 	if reg.Attempt.IsZero() {
 		return 0
@@ -353,8 +333,7 @@ func (f *InFlight) MayStillBeInFlight(uid types.UID, reg *record.Registration) t
 	return s.left(mono)
 }
 
-// Pending counts, by IPAM-API host, the registrations out now and those that got no
-// answer and may still be carried out (quarantined), for metrics.
+// Pending counts, by IPAM-API host, the registrations out now and those quarantined, for metrics.
 func (f *InFlight) Pending() map[string]metrics.Pending {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -384,8 +363,7 @@ func (f *InFlight) monotonic() time.Duration {
 	return time.Since(f.origin)
 }
 
-// Len is the number of keys this process keeps and of claims holding some (for tests
-// of pruning).
+// Len is the number of keys kept and of claims holding some, for tests of pruning.
 func (f *InFlight) Len() (keys, claims int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -9,13 +9,11 @@ import (
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi"
 )
 
-// RedactSecret cuts the values of secs (a Secret as written, as it was, as it is now),
-// and their fingerprints, out of the text of an error about writing it: an admission
-// webhook that refuses a write may quote the objects it was sent, data and annotations,
-// and the error goes on to logs, and to the conditions and events of claims and pools
-// whose readers may not read Secrets. The values kubectl's last-applied-configuration
-// annotation holds (earlier ones, perhaps) are cut too. See ipamapi.Redact for the forms
-// cut. An error with nothing to cut is returned as it is (its type intact).
+// RedactSecret cuts the values and fingerprints of secs (a Secret as written, as it was, as it
+// is now), also those in kubectl's last-applied-configuration, out of an error about writing
+// it: an admission webhook may quote what it was sent, and the error reaches logs and the
+// conditions and events of claims and pools whose readers may not read Secrets. An error with
+// nothing to cut is returned as is, its type intact.
 func RedactSecret(err error, secs ...*corev1.Secret) error {
 	if err == nil {
 		return nil

@@ -35,7 +35,9 @@ type Registrar struct {
 	// InFlight keeps requests for one identity or address from overlapping.
 	InFlight *InFlight
 	// Wake carries claims to the claim controller from outside its own watches: the
-	// Secret protector wakes the claims that wait for it (never from an event handler).
+	// Secret protector wakes the claims that wait for a Secret it has protected, and
+	// those of a Secret whose value it found changed (never from an event handler: a
+	// send blocks while the channel is full).
 	Wake chan event.GenericEvent
 
 	clusterIDMu   sync.Mutex

@@ -74,16 +74,14 @@ func (s *Secret) Changed() bool {
 	return s.Fingerprint != "" && s.Fingerprint != record.Fingerprint([]byte(s.Value))
 }
 
-// Ready reports whether new registrations may be made under the Secret: it is
-// protected and fingerprinted by the Secret controller with its present value, and
-// not being deleted.
+// Ready reports whether new registrations may be made under the Secret: it is protected and
+// fingerprinted with its present value by the Secret controller, and not being deleted.
 func (s *Secret) Ready() bool {
 	return s.Protected && !s.Deleting && s.Fingerprint == record.Fingerprint([]byte(s.Value))
 }
 
-// Secrets reads IPAM-API secrets and CA bundles straight from the API server (Secrets
-// are not cached, so the manager needs no cluster-wide list/watch on them) and creates
-// the default secret on first use.
+// Secrets reads IPAM-API secrets and CA bundles uncached (the manager needs no cluster-wide
+// list/watch on Secrets) and creates the default secret on first use.
 type Secrets struct {
 	// Reader reads Secrets and ConfigMaps uncached.
 	Reader client.Reader
@@ -147,16 +145,15 @@ func secretFrom(ref record.ObjectRef, sec *corev1.Secret) (*Secret, error) {
 	}, nil
 }
 
-// UsableValue reports whether the IPAM-API accepts v as a secret: 8 to 64 characters
-// (it counts characters, not bytes).
+// UsableValue reports whether the IPAM-API accepts v as a secret: 8 to 64 characters, not bytes.
 func UsableValue(v []byte) bool {
 	n := utf8.RuneCount(v)
 	return n >= 8 && n <= 64
 }
 
-// createDefault creates the default secret. Many claims may find it missing at once,
-// here and in other processes: the API server's create decides, the losers read the
-// winner's, and an existing secret is never changed. No lock is held.
+// createDefault creates the default secret. Many claims, here and in other processes, may find
+// it missing at once: the API server's create decides, the losers read the winner's, and an
+// existing secret is never changed.
 func (s *Secrets) createDefault(ctx context.Context) (*corev1.Secret, error) {
 	value, err := RandomString(32)
 	if err != nil {

@@ -2,7 +2,9 @@ package claim
 
 import (
 	"context"
+	"crypto/rand"
 	"maps"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -51,8 +53,19 @@ type Adapter struct {
 
 	// subnets is what this process knows about subnet-mode candidates.
 	subnets subnetState
-	// refusals is what the Secrets of refused claims said.
-	refusals refusals
+	// key keys the digests of refusals (refusalKey).
+	keyOnce sync.Once
+	key     []byte
+}
+
+// refusalKey is the key of the digests of refusals (see inputs): random, made once per
+// process.
+func (a *Adapter) refusalKey() []byte {
+	a.keyOnce.Do(func() {
+		a.key = make([]byte, 32)
+		_, _ = rand.Read(a.key)
+	})
+	return a.key
 }
 
 // The back-off of a claim that fails: 250 ms, doubling up to backoffMax.
@@ -60,9 +73,7 @@ const (
 	backoffBase = 250 * time.Millisecond
 	// backoffMax: failing claims do not hammer the IPAM-API (1,000 failing claims send
 	// at most about 17 requests a second), and after an outage, or a stretch of failed
-	// answers, every claim goes on within a minute. (With 5 minutes, the chaos suite saw
-	// a claim wait 96 s after the IPAM-API had recovered from failing one request in
-	// five.)
+	// answers, every claim goes on within a minute.
 	backoffMax = time.Minute
 )
 
@@ -105,8 +116,8 @@ func (a *Adapter) SetupWithManager(_ context.Context, b *ctrl.Builder) error {
 		// bound the claim (and a manager that starts reconciles every claim anyway), so a
 		// second reconcile would only find the claim bound.
 		Owns(&ipamv1.IPAddress{}, builder.WithPredicates(predicate.Or(addressKinds...), notCreated)).
-		// The claims the Secret protector wakes: it protected their Secret, or found its
-		// value changed.
+		// The claims the Secret protector wakes: it found their Secret's value changed,
+		// or back as it was.
 		WatchesRawSource(source.Channel(a.Wake, &handler.EnqueueRequestForObject{})).
 		// Which addresses the subnet-mode pools use, for picking candidates.
 		Watches(&ipamv1.IPAddress{}, a.subnets.occupancy()).

@@ -147,8 +147,8 @@ func (h *Handler) send(ctx context.Context, api ipamapi.Client, sec *registrar.S
 }
 
 // writePending records the registration with a new attempt time, once the Secret it
-// names is protected: the Secret controller protects it once it sees a record naming
-// it, and only then is anything sent under it.
+// names is protected; before that, the record without one, which asks the Secret
+// protector for the protection, and the claim waits for it (awaitProtection).
 //
 // A record's attempt time is set only when a request goes out under it: a record
 // without one was never sent, so the first answer to it is known to be the first (a
@@ -156,11 +156,6 @@ func (h *Handler) send(ctx context.Context, api ipamapi.Client, sec *registrar.S
 // nothing to release.
 func (h *Handler) writePending(ctx context.Context, reg *record.Registration, sec *registrar.Secret) *outcome {
 	ready, written := sec.Ready(), h.recordWritten(reg)
-	if _, recorded := h.written.Annotations[ipamv1alpha1.RegistrationAnnotation]; !ready && !recorded {
-		if o := h.awaitProtection(ctx, sec); o != nil {
-			return o
-		}
-	}
 	if ready && (!written || !h.InFlight.MayResendUnder(h.claim.UID, reg, h.Config.RequestTimeout)) {
 		// The request about to go out may not go under the recorded attempt time (which
 		// would save a write): its outcome is unknown, or it is too old.
@@ -173,9 +168,7 @@ func (h *Handler) writePending(ctx context.Context, reg *record.Registration, se
 		}
 	}
 	if !ready {
-		// The Secret controller protects it within moments, and wakes it.
-		o := h.await(sec, fmt.Sprintf("waiting for Secret %s/%s to be protected (finalizer %s) before anything is registered under it",
-			sec.Ref.Namespace, sec.Ref.Name, ipamv1alpha1.SecretInUseFinalizer))
+		o := h.awaitProtection(sec)
 		return &o
 	}
 	return nil
@@ -301,7 +294,7 @@ func (h *Handler) forgetIfNothingHeld(ctx context.Context, o outcome, reg *recor
 	if err := h.writeRecord(ctx, nil, nil); err != nil {
 		return transient(err)
 	}
-	h.forgetSends()
+	h.forget()
 	return o
 }
 

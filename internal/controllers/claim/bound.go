@@ -17,10 +17,8 @@ import (
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi"
 )
 
-// boundHasWork reports whether bound would do more for a claim whose IPAddress was just
-// created than find it bound: a rotation is recorded, or the claim's own annotations
-// ask for a change of the record registered (a pending record is sent as it was made,
-// also after the user changed the claim).
+// boundHasWork reports whether bound has more to do for a just-created IPAddress: a recorded
+// rotation, or a change the claim's annotations ask (a pending record is sent as it was made).
 func (h *Handler) boundHasWork(address *ipamv1.IPAddress) bool {
 	rec, err := record.OnAddress(address.Labels, address.Annotations)
 	if err != nil || rec == nil {
@@ -34,14 +32,12 @@ func (h *Handler) boundHasWork(address *ipamv1.IPAddress) bool {
 	return ok && (c.dropRefusal || c.rotate || c.reregister)
 }
 
-// carry is what a bound claim's own annotations ask of its registered record (only
-// they are carried to a bound address: a changed pool or flag never touches what is
-// registered).
+// carry is what a bound claim's own annotations ask of its registered record; only they reach
+// a bound address, never a changed pool or flag.
 type carry struct {
 	// want is the registered record with the claim's secret, retention and cleanup.
 	want record.Registration
-	// dropRefusal: the user went back to the secret that owns the address, so a refused
-	// rotation is moot.
+	// dropRefusal: the claim is back to the owning secret, so a refused rotation is moot.
 	dropRefusal bool
 	// rotate: another secret than the owner, and not the one whose rotation was refused.
 	rotate bool
@@ -49,9 +45,8 @@ type carry struct {
 	reregister bool
 }
 
-// toCarry compares the claim's annotations with rec; cur is the claim's own record
-// (nil: none). ok is false for an annotation that cannot be read: it does not touch a
-// bound address, and is reported when it matters.
+// toCarry compares the claim's annotations with rec; cur is the claim's own record (nil: none).
+// ok is false for an unreadable annotation: it never touches a bound address.
 func (h *Handler) toCarry(rec, cur *record.Registration) (c carry, ok bool) {
 	c.want = *rec
 	if err := h.overrides(&c.want); err != nil {
@@ -68,8 +63,7 @@ func (h *Handler) toCarry(rec, cur *record.Registration) (c carry, ok bool) {
 	return c, true
 }
 
-// currentRecord is the claim's own record, nil when it has none or one that cannot be
-// read.
+// currentRecord is the claim's own record; nil when it has none or an unreadable one.
 func (h *Handler) currentRecord() *record.Registration {
 	cur, bad := h.claimRecord()
 	if bad != nil {
@@ -78,10 +72,9 @@ func (h *Handler) currentRecord() *record.Registration {
 	return cur
 }
 
-// bound handles a claim whose IPAddress exists. The IPAddress's record is
-// authoritative. The IPAM-API is asked again only to finish a recorded rotation, or to
-// carry a changed secret, retention or cleanup setting of the claim's own annotations
-// to the registration, always with its address. Nothing changed: no call, no write.
+// bound handles a claim whose IPAddress exists; the IPAddress's record is authoritative. The
+// IPAM-API is asked again only to finish a recorded rotation or to carry the claim's changed
+// secret, retention or cleanup, always with the bound address. Nothing changed: no call, no write.
 func (h *Handler) bound(ctx context.Context, address *ipamv1.IPAddress) outcome {
 	if !metav1.IsControlledBy(address, h.claim) || !address.DeletionTimestamp.IsZero() {
 		return failed(ipamv1.IPAddressClaimReadyAllocationFailedReason, fmt.Sprintf("IPAddress %s/%s exists but does not belong to this "+
@@ -91,8 +84,7 @@ func (h *Handler) bound(ctx context.Context, address *ipamv1.IPAddress) outcome 
 	if err != nil {
 		return failed(ipamv1.IPAddressClaimReadyAllocationFailedReason, err.Error()).final()
 	}
-	// Counted as used before the claim's pick is forgotten (the cache's event may come
-	// later), so no other claim picks the address meanwhile.
+	// Counted as used before the pick is forgotten (the cache may lag): no other claim picks it.
 	h.subnets.observe(address, false)
 	h.forget()
 	done := allocated(address.Spec.Address)
@@ -113,9 +105,8 @@ func (h *Handler) bound(ctx context.Context, address *ipamv1.IPAddress) outcome 
 		done.drop = append(done.drop, ipamv1alpha1.ClaimAddressSharedCondition)
 	}
 
-	// A value changed in place since the address was registered under it: the address
-	// stays bound, but nothing can release or rotate it until the value is back. The
-	// protector finds it (Secrets are not watched) and wakes the claim, both ways.
+	// A value changed in place since registration: the address stays bound but is neither
+	// released nor rotated until the value is back; the protector wakes the claim either way.
 	switch changed, known := h.Secrets.Protected.Changed(rec.Secret); {
 	case changed:
 		o := failed(ipamv1alpha1.ClaimReadySecretValueChangedReason, fmt.Sprintf("the value of Secret %s/%s key %s changed after "+
@@ -155,7 +146,7 @@ func (h *Handler) bound(ctx context.Context, address *ipamv1.IPAddress) outcome 
 		return transient(err)
 	}
 	rec.RetentionPeriodDays, rec.DenyExternalCleanup = c.want.RetentionPeriodDays, c.want.DenyExternalCleanup
-	rec.WriteTo(address.Labels, address.Annotations) // patched onto the IPAddress by ipamutil
+	rec.WriteTo(address.Labels, address.Annotations) // the Reconciler patches the IPAddress
 	return done
 }
 
@@ -166,8 +157,7 @@ func withRefusal(rec *record.Registration, refused string) *record.Registration 
 	return &r
 }
 
-// owner reads the Secret that owns a registered address, refusing to use a value
-// that changed since the address was registered under it.
+// owner reads the Secret that owns a registered address, refusing a value changed since.
 func (h *Handler) owner(ctx context.Context, rec *record.Registration) (ipamapi.Client, *registrar.Secret, *outcome) {
 	api, err := h.API(ctx, rec)
 	if err != nil {
@@ -190,16 +180,14 @@ func (h *Handler) owner(ctx context.Context, rec *record.Registration) (ipamapi.
 	return api, sec, nil
 }
 
-// rotate moves a bound address to a new secret (new_secret) as a recorded intent: the
-// intent is written to the claim before the IPAM-API is asked, the IPAddress records
-// the new owner once it said yes, and the intent goes on the next reconcile, when the
-// IPAddress shows the new owner. A crash or conflict at any step is finished by
-// finishRotation, which asks the IPAM-API who owns the address first.
+// rotate moves a bound address to a new secret (new_secret) as a recorded intent: written to
+// the claim before the IPAM-API is asked; the IPAddress records the new owner once it says yes;
+// the intent goes once the IPAddress shows it. After a crash or conflict at any step,
+// finishRotation asks the IPAM-API who owns the address first.
 func (h *Handler) rotate(ctx context.Context, address *ipamv1.IPAddress, rec, want *record.Registration, done outcome) outcome {
-	// A refusal of the IPAM-API, or by a changed value, is recorded (RotationRefused,
-	// no intent): it is not tried again until the claim names another secret. A missing
-	// or invalid Secret is not recorded: creating or fixing it retries. Either way the
-	// event goes out once per change of the condition.
+	// A refusal by the IPAM-API or a changed value is recorded (RotationRefused, no intent)
+	// and not retried until the claim names another secret; a missing or invalid Secret
+	// is not, so fixing it retries. One event per change of the condition.
 	refusedRotation := func(msg string, remember bool) outcome {
 		if remember {
 			if err := h.writeRecord(ctx, withRefusal(rec, want.Secret.String()), nil); err != nil {
@@ -231,8 +219,7 @@ func (h *Handler) rotate(ctx context.Context, address *ipamv1.IPAddress, rec, wa
 	if o != nil {
 		return *o
 	}
-	// The intent is written before anything is asked, and also before the new Secret is
-	// protected: the Secret protector protects what records name.
+	// Before anything is asked or the new Secret is protected: the protector follows records.
 	intent := withRefusal(rec, "")
 	intent.RotatingTo = want.Secret
 	if err := h.writeRecord(ctx, intent, nil); err != nil {
@@ -254,7 +241,7 @@ func (h *Handler) rotate(ctx context.Context, address *ipamv1.IPAddress, rec, wa
 	oldRef := rec.Secret
 	rec.Secret = want.Secret
 	rec.RetentionPeriodDays, rec.DenyExternalCleanup = want.RetentionPeriodDays, want.DenyExternalCleanup
-	rec.WriteTo(address.Labels, address.Annotations) // patched onto the IPAddress by ipamutil
+	rec.WriteTo(address.Labels, address.Annotations)
 	return h.rotated(done, rec, oldRef)
 }
 
@@ -264,10 +251,9 @@ func (h *Handler) rotated(done outcome, rec *record.Registration, old record.Obj
 	return done.note(corev1.EventTypeNormal, "SecretRotated", actionRotate, fmt.Sprintf("%s is now owned by the secret %s (was %s)", rec.Address, rec.Secret, old))
 }
 
-// finishRotation settles a recorded rotation intent before anything else: if the
-// IPAddress already shows the new owner, the intent goes; else the IPAM-API is asked
-// with the new secret whether it owns the address. finished is true when the claim may
-// go on with rec as it now is.
+// finishRotation settles a recorded rotation intent before anything else: the intent goes if
+// the IPAddress shows the new owner, else the IPAM-API is asked whether the new secret owns the
+// address. finished: the claim may go on with rec as it now is.
 func (h *Handler) finishRotation(ctx context.Context, address *ipamv1.IPAddress, rec, cur *record.Registration) (outcome, bool) {
 	if rec.Secret.Equal(cur.RotatingTo) {
 		if err := h.writeRecord(ctx, withRefusal(rec, ""), nil); err != nil {
@@ -291,9 +277,8 @@ func (h *Handler) finishRotation(ctx context.Context, address *ipamv1.IPAddress,
 	return outcome{}, true
 }
 
-// ownedBy asks the IPAM-API whether the secret ref owns rec's address: a registration
-// of the address with that secret succeeds only if it does (or if the address is free,
-// which then registers it under that secret, as a rotation would have).
+// ownedBy asks the IPAM-API whether the secret ref owns rec's address: registering it with that
+// secret succeeds only if so, or if it was free (registering it, as a rotation would have).
 func (h *Handler) ownedBy(ctx context.Context, rec *record.Registration, ref record.ObjectRef) (bool, error) {
 	api, err := h.API(ctx, rec)
 	if err != nil {

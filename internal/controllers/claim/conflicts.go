@@ -18,9 +18,8 @@ import (
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/registrar"
 )
 
-// checkIdentityFree refuses an identity that another claim already holds: the IPAM-API
-// would answer both with the same address, and releasing one would free the other's.
-// Not terminal: the other holder may be pending, moving or going away.
+// checkIdentityFree refuses an identity another claim holds (registrar.HoldersConflict). Not
+// terminal: the other holder may be pending, moving or going away.
 func (h *Handler) checkIdentityFree(ctx context.Context, reg *record.Registration) *outcome {
 	key := reg.Key()
 	other := ""
@@ -29,7 +28,7 @@ func (h *Handler) checkIdentityFree(ctx context.Context, reg *record.Registratio
 		o := transient(errors.Wrap(err, "listing IPAddresses by registration"))
 		return &o
 	}
-	bound := map[types.UID]bool{} // claims whose IPAddress speaks for them (their own record stays the pending one)
+	bound := map[types.UID]bool{} // claims whose IPAddress, not their pending record, speaks for them
 	for _, a := range addrs.Items {
 		owner := metav1.GetControllerOf(&a)
 		if owner != nil {
@@ -70,8 +69,7 @@ func (h *Handler) checkIdentityFree(ctx context.Context, reg *record.Registratio
 	return &o
 }
 
-// holders lists the other claims that hold or are registering the address reg names
-// in its zone: their IPAddresses and their pending records.
+// holders lists the other claims that hold or are registering the address of hostKey.
 func (h *Handler) holders(ctx context.Context, hostKey string) ([]*ipamv1.IPAddressClaim, error) {
 	var names []client.ObjectKey
 	addrs := &ipamv1.IPAddressList{}
@@ -104,14 +102,13 @@ func (h *Handler) holders(ctx context.Context, hostKey string) ([]*ipamv1.IPAddr
 			return nil, errors.Wrap(err, "reading the claim that holds the address")
 		}
 		if !h.supersedes(c) && !supersedes(c, h.claim) {
-			out = append(out, c) // a claim handing its registration over to another is no other holder
+			out = append(out, c) // the two claims of a handover are no other holders
 		}
 	}
 	return out, nil
 }
 
-// supersedes reports whether claim replaces other: their controller (a Service) marked
-// other as superseded by claim (ipam.vitistack.io/superseded-by), when it moved.
+// supersedes reports whether claim replaces other: their Service marked other superseded-by claim.
 func supersedes(claim, other client.Object) bool {
 	a, b := metav1.GetControllerOf(claim), metav1.GetControllerOf(other)
 	return a != nil && b != nil && a.UID == b.UID && other.GetNamespace() == claim.GetNamespace() &&
@@ -127,10 +124,8 @@ func (h *Handler) supersedesNamed(ctx context.Context, namespace, name string) b
 	return h.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, c) == nil && h.supersedes(c)
 }
 
-// takeOver is the address of the registration a claim this claim supersedes holds
-// under the same IPAM-API identity ("" if none): the new claim of a Service moved to
-// another pool of the same IPAM-API, zone and family asks for it, so the Service keeps
-// its address and the two claims never wait for each other.
+// takeOver is the address a claim this one supersedes holds under the same identity and secret
+// ("" if none): a Service moved to another pool keeps its address, and neither claim waits.
 func (h *Handler) takeOver(ctx context.Context, reg *record.Registration) (string, error) {
 	addrs := &ipamv1.IPAddressList{}
 	if err := index.ListByRegistration(ctx, h.Client, addrs, reg.Key()); err != nil {
@@ -146,9 +141,8 @@ func (h *Handler) takeOver(ctx context.Context, reg *record.Registration) (strin
 	return "", nil
 }
 
-// handedOver reports whether the claim that supersedes this one holds its registration
-// now (bound to the same identity, address and secret): then this claim goes without
-// releasing it.
+// handedOver reports whether the claim that supersedes this one now holds its registration
+// (same identity, address and secret): then this claim goes without releasing it.
 func (h *Handler) handedOver(ctx context.Context, reg *record.Registration) (bool, error) {
 	name := h.claim.Annotations[ipamv1alpha1.SupersededByAnnotation]
 	if name == "" {
@@ -170,12 +164,9 @@ func (h *Handler) handedOver(ctx context.Context, reg *record.Registration) (boo
 		rec.Key() == reg.Key() && rec.HostKey() == reg.HostKey() && rec.Secret.Equal(reg.Secret), nil
 }
 
-// checkShare refuses a requested address that another claim in the cluster holds,
-// unless both declare the same share key (ipam.vitistack.io/allow-local-shared-ip;
-// the Service controller passes the Service's, as MetalLB shares only between Services
-// with equal allow-shared-ip). Without it one IP could end up on two node NICs, or any
-// namespace could join any address under the default secret. Retried with back-off:
-// the holder may let go.
+// checkShare refuses a requested address another claim holds unless both declare the same
+// shareKey: otherwise one IP could end up on two node NICs, or any namespace could join any
+// address under the default secret. Retried with back-off: the holder may let go.
 func (h *Handler) checkShare(ctx context.Context, reg *record.Registration) *outcome {
 	if reg.Address == "" || reg.Candidate {
 		return nil
@@ -189,8 +180,8 @@ func (h *Handler) checkShare(ctx context.Context, reg *record.Registration) *out
 	return &o
 }
 
-// unconsenting is another claim in the cluster (or registering it in this process
-// now) that holds reg's address without the same share key as this claim; nil: none.
+// unconsenting is another claim, in the cluster or registering in this process now, that
+// holds reg's address without this claim's share key (nil: none).
 func (h *Handler) unconsenting(ctx context.Context, reg *record.Registration) (*ipamv1.IPAddressClaim, error) {
 	others, err := h.holders(ctx, reg.HostKey())
 	if err != nil {
@@ -198,8 +189,7 @@ func (h *Handler) unconsenting(ctx context.Context, reg *record.Registration) (*
 	}
 	mine := shareKey(h.claim)
 	if holder, ok := h.InFlight.ReserveAddress(ctx, reg.HostKey(), mine, h.claim); !ok {
-		// Another claim of this process is registering it right now (the cache may not
-		// show its record yet).
+		// Being registered by another claim here; its record may not be cached yet.
 		ns, name, _ := strings.Cut(holder, "/")
 		others = append(others, &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}})
 	}
@@ -223,11 +213,9 @@ func (h *Handler) shareHint() string {
 	return fmt.Sprintf("to share it, give both claims the same %s annotation", ipamv1alpha1.AllowLocalSharedIPAnnotation)
 }
 
-// heldForUs is the outcome of an "updated" answer naming an address that another
-// claim holds without consent: the IPAM-API had it for this claim's identity already
-// (kept for it after an earlier claim of the identity was released, while the other
-// claim asked for it by name under the same secret). It is never bound twice: this
-// claim keeps its registration and binds the address once the other lets it go.
+// heldForUs is the outcome of an "updated" answer naming an address another claim holds without
+// consent: the IPAM-API retained it for this identity while the other asked for it by name under
+// the same secret. Never bound twice: this claim keeps its registration and binds it once freed.
 func (h *Handler) heldForUs(ctx context.Context, reg *record.Registration) *outcome {
 	other, err := h.unconsenting(ctx, reg)
 	if err != nil || other == nil {
@@ -249,8 +237,7 @@ func outcomeOf(err error) *outcome {
 	return &o
 }
 
-// shared is the AddressShared condition of a bound claim: who else holds its address,
-// and whether they all consented.
+// shared is a bound claim's AddressShared condition: who else holds its address, and consent.
 func (h *Handler) shared(ctx context.Context, rec *record.Registration) (*metav1.Condition, error) {
 	others, err := h.holders(ctx, rec.HostKey())
 	if err != nil || len(others) == 0 {

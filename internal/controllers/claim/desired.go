@@ -20,8 +20,7 @@ import (
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi"
 )
 
-// userError is a claim or pool setting that makes registration impossible; it waits
-// for the claim or its pool to change.
+// userError is a claim or pool setting that makes registration impossible until one changes.
 type userError struct {
 	reason, event, msg string
 }
@@ -49,8 +48,7 @@ func asOutcome(err error) outcome {
 // identityAnnotations override the IPAM-API identity; a privilege (see allowedOverride).
 var identityAnnotations = []string{ipamv1alpha1.ServiceNameAnnotation, ipamv1alpha1.NamespaceIDAnnotation, ipamv1alpha1.ClusterIDAnnotation}
 
-// desired computes the registration for an unbound claim from its annotations, its
-// pool and the manager's configuration.
+// desired computes an unbound claim's registration from its annotations, pool and the config.
 func (h *Handler) desired(ctx context.Context) (*record.Registration, error) {
 	reg, err := h.ForPool(ctx, h.pool)
 	if err != nil {
@@ -102,9 +100,8 @@ func (h *Handler) desired(ctx context.Context) (*record.Registration, error) {
 	return reg, nil
 }
 
-// allowedOverride refuses identity overrides the pool does not allow. A claim the
-// Service controller made (controlled by a Service) may carry its Service's name as
-// service_name: that identity is its own namespace's anyway.
+// allowedOverride refuses identity overrides the pool does not allow, except a Service's
+// claim naming its Service as service_name: that identity is its own namespace's anyway.
 func (h *Handler) allowedOverride() error {
 	var used []string
 	for _, k := range identityAnnotations {
@@ -125,8 +122,7 @@ func (h *Handler) allowedOverride() error {
 			"or set spec.allowIdentityOverrides: true on the pool", strings.Join(used, ", "), h.claim.Spec.PoolRef.Kind, h.pool.GetName())}
 }
 
-// overrides applies the claim's secret, retention and cleanup annotations, where
-// present, to reg.
+// overrides applies the claim's secret, retention and cleanup annotations, if any, to reg.
 func (h *Handler) overrides(reg *record.Registration) error {
 	ann := h.claim.Annotations
 	if v, ok := ann[ipamv1alpha1.RetentionPeriodDaysAnnotation]; ok {
@@ -155,8 +151,9 @@ func (h *Handler) overrides(reg *record.Registration) error {
 	return nil
 }
 
-// shareKey is the key a claim declares it shares its address with (the Service
-// controller copies the Service's allow-local-shared-ip); "" shares with nobody.
+// shareKey is the key a claim shares its address under ("": with nobody). The Service controller
+// copies the Service's allow-local-shared-ip, as MetalLB shares only between Services with equal
+// allow-shared-ip.
 func shareKey(c metav1.Object) string {
 	return strings.TrimSpace(c.GetAnnotations()[ipamv1alpha1.AllowLocalSharedIPAnnotation])
 }

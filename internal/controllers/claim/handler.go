@@ -16,41 +16,30 @@ import (
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/record"
 )
 
-// Handler is one reconcile of one IPAddressClaim: the claim as it is being changed, as
-// it was last written, and its pool. The Reconciler makes one per reconcile.
+// Handler is one reconcile of one IPAddressClaim: the claim as it is being changed, as it
+// was last written, and its pool.
 type Handler struct {
 	*Adapter
 	claim *ipamv1.IPAddressClaim
 	pool  ipamv1alpha1.Pool
-	// written is the claim as the API server has it (read, or last written by the
-	// handler): the Reconciler patches only what differs from it.
+	// written is the claim as the API server has it: the Reconciler patches only what differs.
 	written *ipamv1.IPAddressClaim
-	// writtenVersion is the claim's resourceVersion after the handler's last write in
-	// this reconcile ("" before any): the reconcile ends when the cache has it.
+	// writtenVersion is the claim's version after the last write ("": none); awaited in the cache.
 	writtenVersion string
-	// created is the IPAddress this reconcile created (nil if none): the reconcile ends
-	// when the cache has it too.
+	// created is the IPAddress this reconcile created (nil: none); awaited in the cache too.
 	created *ipamv1.IPAddress
 }
 
-// forgetSends drops what this process knows about the claim's requests: its
-// reservations, answers seen and subnet picks (a refusal is kept).
-func (h *Handler) forgetSends() {
+// forget drops the claim's reservations, seen answers and subnet picks: it is bound, released,
+// gone, or holds nothing.
+func (h *Handler) forget() {
 	h.InFlight.Forget(h.claim.UID)
 	h.subnets.forget(h.claim.UID)
 }
 
-// forget drops everything this process knows about the claim: it is bound, released
-// or gone.
-func (h *Handler) forget() {
-	h.forgetSends()
-	h.refusals.forget(h.claim.UID)
-}
-
-// writeRecord saves the claim's record (nil: removes it) and the annotations in set
-// (nil values: removed) at once, in one patch with whatever else of the claim's
-// metadata is not written yet: on a claim's first reconcile its finalizer goes out with
-// its pending record. On failure the claim's annotations stay as they were.
+// writeRecord saves the claim's record (nil: removes it) and the annotations in set (nil:
+// removed) now, in one patch with the rest of the unwritten metadata, such as a new claim's
+// finalizer. On failure the claim's annotations stay as they were.
 func (h *Handler) writeRecord(ctx context.Context, reg *record.Registration, set map[string]*string) error {
 	before := maps.Clone(h.claim.Annotations)
 	if reg != nil {
@@ -99,8 +88,7 @@ func (h *Handler) fetchPool(ctx context.Context) (ipamv1alpha1.Pool, error) {
 			return nil, apierrors.NewNotFound(ipamv1alpha1.GroupVersion.WithResource(strings.ToLower(ref.Kind)+"s").GroupResource(), ref.Name)
 		}
 		if apierrors.IsNotFound(err) && h.Reader != nil && h.Reader.Get(ctx, key, pool) == nil {
-			// The cache has not seen a pool created moments ago (one manifest with the
-			// pool and its claims): its watch event brings the claim back; no Warning.
+			// Created moments ago, not cached yet: its watch brings the claim back; no Warning.
 			return nil, errPoolNotCached
 		}
 		if apierrors.IsNotFound(err) {

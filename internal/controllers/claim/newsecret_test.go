@@ -28,50 +28,52 @@ import (
 )
 
 // Claims under a Secret that is not protected yet (here the default Secret, created by
-// the first claim): the first writes its pending record, which asks for the
-// protection, and waits. The next finds that record and waits too, writing nothing,
-// not even its finalizer, and asks the protector to look at the Secret. Protecting
-// it, the protector wakes both, and the second binds with one patch of the claim, its
-// IPAddress and one status patch: its pending record is written once, with its
-// attempt time.
-func TestClaimsWaitForANewSecretWithoutWriting(t *testing.T) {
+// the first claim) write their pending record, which asks for the protection, and
+// wait, sending nothing: without a condition or an event, they ask the protector to
+// look at the Secret (once between them), and would look again within seconds. The
+// protector, once it has protected the Secret, wakes them (found by their records),
+// and each binds with one patch of the claim (its record, with its attempt time), its
+// IPAddress and one status patch.
+func TestClaimsUnderANewSecretWaitForItsProtection(t *testing.T) {
 	w := newWorld(t)
 	pools(w)
 	wake := make(chan event.GenericEvent, 8)
 	w.protector.Wake = wake
-	w.create(claimObj("a", "routed", nil))
+	// An hour old: a claim that meets a new Secret late (its user changed its Secret,
+	// say) waits as quietly as a new one.
+	old := claimObj("a", "routed", nil)
+	old.SetCreationTimestamp(metav1.NewTime(time.Now().Add(-time.Hour)))
+	w.create(old)
 	w.create(claimObj("b", "routed", nil))
 	reconcile := func(name string) (ctrl.Result, error) {
 		return w.claims.Reconcile(w.ctx, ctrl.Request{NamespacedName: client.ObjectKey{Namespace: "apps", Name: name}})
 	}
-	// Waiting is not an error (nothing a user need see in the log): the claim comes
-	// back later on its own, unless the protector wakes it first.
-	waits := func(name string) {
-		t.Helper()
-		if res, err := reconcile(name); err != nil || res.RequeueAfter <= 0 {
-			t.Fatalf("claim %s whose Secret is not protected was not told to wait: %+v, %v", name, res, err)
+	for _, n := range []string{"a", "b"} {
+		// Waiting is not an error (nothing a user need see in the log).
+		if res, err := reconcile(n); err != nil || res.RequeueAfter <= 0 || res.RequeueAfter > 2*time.Second {
+			t.Fatalf("claim %s whose Secret is not protected was not told to look again within seconds: %+v, %v", n, res, err)
+		}
+		c := w.get(claimObj(n, "", nil)).(*ipamv1.IPAddressClaim)
+		reg, err := record.OnClaim(c.Annotations)
+		if err != nil || reg == nil || !reg.Attempt.IsZero() || len(c.Finalizers) == 0 {
+			t.Fatalf("claim %s: record %+v (%v), finalizers %v; want its pending record, without an attempt time, and its finalizer",
+				n, reg, err, c.Finalizers)
+		}
+		if r := readyOf(c); r != nil {
+			t.Fatalf("claim %s has a Ready condition after a moment's wait: %+v", n, r)
 		}
 	}
-
-	waits("a")
-	if a := w.get(claimObj("a", "", nil)); a.GetAnnotations()[ipamv1alpha1.RegistrationAnnotation] == "" {
-		t.Fatal("the first claim did not write its pending record")
+	if evs := w.drainEvents(); len(evs) != 0 {
+		t.Fatalf("waiting a moment for the Secret recorded events: %q", evs)
 	}
-	before := w.writes
-	waits("b")
-	if w.writes != before {
-		t.Fatalf("the second claim wrote %d times while it waited", w.writes-before)
+	if n := w.api.Stats().Total(sim.RouteRegister); n != 0 {
+		t.Fatalf("%d registrations sent under a Secret that is not protected", n)
 	}
-	if b := w.get(claimObj("b", "", nil)); len(b.GetFinalizers()) != 0 || len(b.GetAnnotations()) != 0 {
-		t.Fatalf("the waiting claim changed: finalizers %v, annotations %v", b.GetFinalizers(), b.GetAnnotations())
+	if len(w.claims.Adapter.Secrets.Protected.Ask) != 1 {
+		t.Fatalf("two claims waiting for one Secret asked the protector %d times, want once", len(w.claims.Adapter.Secrets.Protected.Ask))
 	}
-	select {
-	case e := <-w.claims.Adapter.Secrets.Protected.Ask:
-		if key := client.ObjectKeyFromObject(e.Object); key != w.cfg.DefaultSecret {
-			t.Fatalf("the protector was asked to look at %s, want %s", key, w.cfg.DefaultSecret)
-		}
-	default:
-		t.Fatal("the protector was not asked to look at the Secret")
+	if key := client.ObjectKeyFromObject((<-w.claims.Adapter.Secrets.Protected.Ask).Object); key != w.cfg.DefaultSecret {
+		t.Fatalf("the protector was asked to look at %s, want %s", key, w.cfg.DefaultSecret)
 	}
 
 	if _, err := w.protector.Reconcile(w.ctx, ctrl.Request{NamespacedName: w.cfg.DefaultSecret}); err != nil {
@@ -83,34 +85,46 @@ func TestClaimsWaitForANewSecretWithoutWriting(t *testing.T) {
 	}
 	slices.Sort(woken)
 	if !slices.Equal(woken, []string{"a", "b"}) {
-		t.Fatalf("protecting the Secret woke %v, want [a b]", woken)
+		t.Fatalf("protecting the Secret woke %v, want the two claims that wait for it, [a b]", woken)
 	}
-
-	before = w.writes
+	before := w.writes
 	if _, err := reconcile("b"); err != nil {
 		t.Fatal(err)
 	}
 	if w.addressOf("b") == nil {
-		t.Fatalf("the woken claim is not bound:\n%s", w.describe())
+		t.Fatalf("the claim is not bound once its Secret is protected:\n%s", w.describe())
 	}
 	if n := w.writes - before; n != 3 {
-		t.Errorf("the woken claim was bound with %d writes, want 3 (its record, its IPAddress, its status)", n)
+		t.Errorf("the claim was bound with %d writes, want 3 (its record, its IPAddress, its status)", n)
 	}
 	w.settle()
 	if n := w.api.Stats().Total(sim.RouteRegister); n != 2 {
 		t.Errorf("%d registration requests for two claims, want 2", n)
 	}
+	// A protector that finds the Secret protected anew (a new process's first look)
+	// wakes no claim that waits for nothing.
+	w.protector.Secrets.Protected.Set(w.cfg.DefaultSecret, nil)
+	if _, err := w.protector.Reconcile(w.ctx, ctrl.Request{NamespacedName: w.cfg.DefaultSecret}); err != nil {
+		t.Fatal(err)
+	}
+	if len(wake) != 0 {
+		t.Fatalf("looking at the Secret again woke %d bound claims", len(wake))
+	}
 	w.check()
 }
 
 // A claim whose Secret the protector cannot protect (here a policy refuses the
-// finalizer) waits quietly for a few seconds, as in any burst under a new Secret, coming
-// back every few seconds to look again, then says why in its Ready condition and one
-// event: the Secret, and the protector's error. It
-// still holds nothing and has sent nothing, writes nothing more while it waits (also
-// when the protector's error changes), and binds once the protector gets through.
+// finalizer) waits quietly while it is young, as in any burst under a new Secret,
+// looking again within seconds, then says why in its Ready condition and one event:
+// the Secret, and the protector's error. It has sent nothing, writes nothing more while
+// it waits (also when the protector's error changes), looks again less often the older
+// it is, and binds once the protector gets through.
 func TestAClaimSaysWhyItWaitsForItsSecret(t *testing.T) {
 	w := newWorld(t)
+	// Creation times are whole seconds: the claims' age is exact on this clock.
+	clk := clocktesting.NewFakePassiveClock(time.Now().Truncate(time.Second))
+	w.cfg.Clock = clk
+	w.start()
 	pools(w)
 	// A webhook's refusal may quote the object it was sent (value, fingerprint and all)
 	// and be long: the condition keeps the first KiB of it, with the Secret cut out.
@@ -131,9 +145,7 @@ func TestAClaimSaysWhyItWaitsForItsSecret(t *testing.T) {
 	})
 	wake := make(chan event.GenericEvent, 8)
 	w.protector.Wake = wake
-	clk := clocktesting.NewFakePassiveClock(time.Now())
-	w.protector.Secrets.Protected.Clock = clk
-	names := []string{"a", "b"} // a writes its pending record, b waits without one
+	names := []string{"a", "b"}
 	for _, n := range names {
 		w.create(claimObj(n, "routed", nil))
 	}
@@ -169,7 +181,7 @@ func TestAClaimSaysWhyItWaitsForItsSecret(t *testing.T) {
 		return err
 	}
 
-	for range 4 { // at 0, 2.5, 5 and 7.5 s
+	for range 4 { // at 0, 2.5, 5 and 7.5 s of age
 		for _, n := range names {
 			reconcile(n)
 			if c := readyOf(claimNamed(n)); c != nil {
@@ -193,9 +205,6 @@ func TestAClaimSaysWhyItWaitsForItsSecret(t *testing.T) {
 		if len(c.Message) > 2048 || !strings.HasSuffix(c.Message, "…") {
 			t.Fatalf("claim %s's message has %d bytes and does not end with the cut (…): the webhook's whole refusal", n, len(c.Message))
 		}
-	}
-	if b := claimNamed("b"); len(b.Finalizers) != 0 || len(b.Annotations) != 0 {
-		t.Fatalf("the claim waiting without a record changed: finalizers %v, annotations %v", b.Finalizers, b.Annotations)
 	}
 	evs := w.drainEvents()
 	if len(evs) != 2 || !strings.HasPrefix(evs[0], "Warning "+ipamv1alpha1.ClaimReadySecretNotProtectedReason) {
@@ -233,7 +242,7 @@ func TestAClaimSaysWhyItWaitsForItsSecret(t *testing.T) {
 	denied = false
 	must(t, protect())
 	if len(wake) != 2 {
-		t.Fatalf("protecting the Secret woke %d claims, want 2", len(wake))
+		t.Fatalf("protecting the Secret woke %d claims, want the 2 that wait for it", len(wake))
 	}
 	for _, n := range names {
 		if _, err := w.claims.Reconcile(w.ctx, ctrl.Request{NamespacedName: client.ObjectKey{Namespace: "apps", Name: n}}); err != nil {

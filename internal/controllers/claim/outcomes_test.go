@@ -201,6 +201,14 @@ func TestRefusedClaimsGoOnOnceFixed(t *testing.T) {
 		if w.api.Stats().Total(sim.RouteRegister) != sent {
 			t.Fatalf("the refused claim was sent again before anything changed")
 		}
+		// The refusal's digest is keyed by the process: a restarted manager, which cannot
+		// tell whether the Secret's value changed meanwhile, sends it once more, then not
+		// again.
+		w.start()
+		w.run(3)
+		if n := w.api.Stats().Total(sim.RouteRegister) - sent; n != 1 {
+			t.Fatalf("after a restart the refused claim was sent %d more times, want once", n)
+		}
 		p := w.get(pool).(*ipamv1alpha1.VitistackIPPool)
 		p.Spec.Zone = "inet"
 		p.Generation++

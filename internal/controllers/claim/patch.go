@@ -22,9 +22,8 @@ func (h *Handler) patchClaim(ctx context.Context) error {
 	lastFinalizer := !h.claim.DeletionTimestamp.IsZero() && len(h.claim.Finalizers) == 0 && len(h.written.Finalizers) > 0
 	err := h.patchMetadata(ctx)
 	if err == nil && lastFinalizer {
-		// The last finalizer went: the API server deleted the claim and answered with its
-		// last stored state (the old resourceVersion, the finalizer still on). Only its
-		// absence from the cache tells the next reconcile not to release it again.
+		// The API server deleted the claim and answered with its last state, finalizer still
+		// on: only its absence from the cache keeps the next reconcile from releasing again.
 		_ = waitForCache(ctx, h.Client, &ipamv1.IPAddressClaim{}, client.ObjectKeyFromObject(h.claim), "", untilGone)
 		return nil
 	}
@@ -41,12 +40,9 @@ func (h *Handler) patchClaim(ctx context.Context) error {
 		}
 	}
 	if a := h.created; a != nil {
-		// As ipamutil does: the next reconcile must see the new IPAddress in the cache, or
-		// it would create it again. Then the IPAddress speaks for the claim, in the cache
-		// too, and what this process kept about its request goes, as in bound (no second
-		// reconcile comes to do it: the creation of a claim's own IPAddress and its
-		// finalizer do not re-queue it). Waiting after the status patch, not before it,
-		// binds the claim one watch delay sooner.
+		// The next reconcile must see the new IPAddress in the cache, or it would create it again;
+		// then the request is forgotten (creating its IPAddress does not re-queue the claim, so no
+		// later reconcile would). Waiting after the status patch binds one watch delay sooner.
 		if err := waitForCache(ctx, h.Client, &ipamv1.IPAddress{}, client.ObjectKeyFromObject(a), a.ResourceVersion, untilSeen); err != nil {
 			errs = append(errs, errors.Wrapf(err, "waiting for IPAddress %s to be visible in the cache after create", a.Name))
 		} else {
@@ -54,21 +50,17 @@ func (h *Handler) patchClaim(ctx context.Context) error {
 		}
 	}
 	if h.writtenVersion != "" {
-		// The next reconcile must not act on the copy before this reconcile's writes
-		// (also those made on the way, such as a pending record, and also when a later
-		// write failed): it would write them again, or take the attempt it finds for one
-		// whose answer this process never saw. A claim that is gone is done.
+		// The next reconcile must not act on a copy older than this one's writes (even if a later
+		// write failed): it would write them again, or take an attempt it finds for one whose
+		// answer this process never saw.
 		_ = waitForCache(ctx, h.Client, &ipamv1.IPAddressClaim{}, client.ObjectKeyFromObject(h.claim), h.writtenVersion, untilSeenOrGone)
 	}
 	return kerrors.NewAggregate(errs)
 }
 
-// patchMetadata writes the claim's metadata (finalizers, annotations, labels) where it
-// differs from what was written, on the version it was read at or last written: a
-// reconcile that acted on a stale read (a cache that has not caught up after an API
-// server restart, say, and does not show the claim's deletion) gets a conflict here,
-// before the request its record announces goes out, and is run again on what the API
-// server has.
+// patchMetadata writes the claim's changed metadata, locked to the version last read or written:
+// a reconcile that acted on a stale read (a lagging cache that misses the deletion, say) gets a
+// conflict here, before the request its record announces goes out, and runs again.
 func (h *Handler) patchMetadata(ctx context.Context) error {
 	meta, written := withoutStatus(h.claim), withoutStatus(h.written)
 	if apiequality.Semantic.DeepEqual(meta.ObjectMeta, written.ObjectMeta) && apiequality.Semantic.DeepEqual(meta.Spec, written.Spec) {
@@ -81,8 +73,7 @@ func (h *Handler) patchMetadata(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// What the API server answered is what it has: the claim takes its resourceVersion
-	// and the other fields the server sets.
+	// The claim takes the API server's answer: its resourceVersion and server-set fields.
 	h.claim.ObjectMeta = *meta.ObjectMeta.DeepCopy()
 	status := h.written.Status
 	h.written = meta

@@ -29,22 +29,17 @@ import (
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/index"
 )
 
-// Reconciler reconciles the IPAddressClaims of this provider's pools, in the shape of
-// Cluster API's controllers: Reconcile reads the claim and its pool and defers one
-// patch of the claim (patchClaim); reconcileNormal binds a live claim, reconcileDelete
-// releases a deleted one. It keeps ipamutil's contract for claims (its finalizer,
-// IPAddress, owner references and pausing) but not its reconciler, whose patch helper
-// writes a claim's conditions and addressRef in two status patches: here a claim is
-// bound with three writes (finalizer and pending record, IPAddress, status with
-// addressRef and Ready).
+// Reconciler reconciles the IPAddressClaims of this provider's pools. It keeps ipamutil's
+// contract for claims (finalizer, IPAddress, owner references, pausing) but not its reconciler,
+// whose patch helper writes conditions and addressRef in two status patches: here a claim is
+// bound with three writes (finalizer and pending record, IPAddress, status).
 type Reconciler struct {
 	Client           client.Client
 	WatchFilterValue string
 	Adapter          *Adapter
 }
 
-// SetupWithManager registers the claim controller: ipamutil's watches (claims, and
-// Clusters that are unpaused) and the Adapter's.
+// SetupWithManager registers ipamutil's watches (claims, unpaused Clusters) and the Adapter's.
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("ipaddressclaim").
@@ -57,7 +52,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	return b.Complete(r)
 }
 
-// Reconcile binds or releases one claim.
+// Reconcile binds or releases one claim; a deferred patchClaim writes what is left to write.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, reterr error) {
 	claim := &ipamv1.IPAddressClaim{}
 	if err := r.Client.Get(ctx, req.NamespacedName, claim); err != nil {
@@ -73,8 +68,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		}
 	}()
 	deleting := !claim.DeletionTimestamp.IsZero()
-	// The finalizer goes out with the claim's first write (its pending record, before
-	// anything is sent), not in a reconcile and a write of its own as in ipamutil.
+	// The finalizer goes out with the claim's first write: its pending record, before any send.
 	if !controllerutil.ContainsFinalizer(claim, ipamutil.ReleaseAddressFinalizer) {
 		if deleting {
 			return ctrl.Result{}, nil // never registered anything: nothing to release
@@ -84,8 +78,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	pool, err := h.fetchPool(ctx)
 	switch {
 	case errors.Is(err, errPoolNotCached):
-		// Nothing is written (not even the finalizer) until the pool is seen; its watch
-		// event brings the claim back, the requeue is a fallback.
+		// Nothing is written until the pool is cached; its watch event (or the requeue) brings it back.
 		h.claim = h.written.DeepCopy()
 		return ctrl.Result{RequeueAfter: time.Second}, nil
 	case apierrors.IsNotFound(err) && deleting:
@@ -105,9 +98,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	return r.reconcileNormal(ctx, h, pool)
 }
 
-// reconcileNormal binds a live claim. Without an IPAddress, an address is registered
-// (allocate); with one, what is registered follows the claim's annotations (bound).
-// The IPAddress is created or patched only after that, and only when it succeeded.
+// reconcileNormal binds a live claim (allocate, or bound if its IPAddress exists); the
+// IPAddress is created or patched only after that succeeded.
 func (r *Reconciler) reconcileNormal(ctx context.Context, h *Handler, pool ipamv1alpha1.Pool) (ctrl.Result, error) {
 	claim := h.claim
 	// ipamutil's IPAddress: named after the claim, owned by it (controller) and the pool.
@@ -138,11 +130,9 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, h *Handler, pool ipamv
 		}
 		address.Labels[clusterv1.ClusterNameLabel] = v
 	}
-	// No ipamutil ProtectAddress finalizer: the claim's record and the IPAM-API hold the
-	// address, not the IPAddress, so a lost IPAddress is made again with the same address
-	// (a subnet pick counts the claim's record too). Without it a delete costs one
-	// request fewer, and an IPAddress never outlives an uninstalled provider. One from an
-	// earlier version is taken off when its claim goes.
+	// No ProtectAddress finalizer: the claim's record and the IPAM-API hold the address, so a
+	// lost IPAddress is made again with the same one (subnet picks count the claim's record).
+	// A delete costs one request fewer, and no IPAddress outlives an uninstalled provider.
 	res := ctrl.Result{}
 	switch {
 	case !exists:
@@ -150,21 +140,16 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, h *Handler, pool ipamv
 			return ctrl.Result{}, errors.Wrap(err, "failed to create address")
 		}
 		ctrl.LoggerFrom(ctx).V(2).Info("IPAddress created", "address", address.Spec.Address)
-		// Subnet picks of other claims count the address from now on, not from when the
-		// cache shows it.
+		// Other claims' subnet picks count the address from now on, not once it is cached.
 		h.subnets.observe(&address, false)
-		// The claim's status (addressRef, Ready) is patched first; then the reconcile
-		// waits until the cache shows the IPAddress, and only then forgets what this
-		// process kept about the request (see patchClaim).
+		// Waited for in the cache after the status patch (see patchClaim).
 		h.created = &address
 		if h.boundHasWork(&address) {
-			// The pending record sent was made before the claim's annotations changed (or
-			// a rotation is recorded): bound carries the change, at once.
+			// bound carries the change at once.
 			res.RequeueAfter = time.Millisecond
 		}
 	case !apiequality.Semantic.DeepEqual(before, &address):
-		// DeepEqual counts nil and empty maps as equal: a bound claim's reconcile that
-		// changes nothing writes nothing.
+		// Semantic DeepEqual counts nil and empty maps equal: a no-op reconcile writes nothing.
 		if err := r.Client.Patch(ctx, &address, client.MergeFrom(before)); err != nil {
 			return ctrl.Result{}, errors.Wrap(err, "failed to patch address")
 		}
@@ -184,16 +169,15 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, h *Handler) (ctrl.Resu
 		return ctrl.Result{}, errors.Wrap(err, "failed to fetch address")
 	}
 	if controllerutil.ContainsFinalizer(address, ipamutil.ProtectAddressFinalizer) {
-		// Written by an earlier version (this one adds none).
+		// This version adds none, but v0.1 did: it must not keep the IPAddress.
 		p := client.MergeFrom(address.DeepCopy())
 		controllerutil.RemoveFinalizer(address, ipamutil.ProtectAddressFinalizer)
 		if err := r.Client.Patch(ctx, address, p); err != nil && !apierrors.IsNotFound(err) {
 			return ctrl.Result{}, errors.Wrap(err, "failed to remove address finalizer")
 		}
 	}
-	// Deleted by name, whatever the cache shows: a cache that lags (after an API server
-	// restart, say) may not show an IPAddress that exists, and the claim would go
-	// without it.
+	// Deleted by name, whatever the cache shows: a lagging cache may not show an IPAddress
+	// that exists, and the claim would go without it.
 	gone := &ipamv1.IPAddress{ObjectMeta: metav1.ObjectMeta{Namespace: claim.Namespace, Name: claim.Name}}
 	if err := r.Client.Delete(ctx, gone); err != nil && !apierrors.IsNotFound(err) {
 		return ctrl.Result{}, errors.Wrap(err, "failed to delete address")
@@ -202,10 +186,8 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, h *Handler) (ctrl.Resu
 	return ctrl.Result{}, nil
 }
 
-// requeue turns the error of an outcome into the reconcile's result: a wait comes back
-// when it ends, without an error (the conditions say what it waits for); a terminal
-// error waits for the watches; any other error is retried with the controller's
-// back-off.
+// requeue turns an outcome's error into the reconcile's result: a wait comes back when it
+// ends, without an error; any other error is returned (a terminal one waits for the watches).
 func requeue(ctx context.Context, err error) (ctrl.Result, error) {
 	var w waitError
 	if errors.As(err, &w) {

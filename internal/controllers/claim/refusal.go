@@ -2,39 +2,35 @@ package claim
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"slices"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/pkg/errors"
-	"k8s.io/apimachinery/pkg/types"
 
 	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/record"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/registrar"
 )
 
-// refuse records that the IPAM-API (or the Secret) refused the claim for a reason only
-// a user can fix, and waits for a change: of the claim or its pool (watched), or of
-// its Secret (looked at again every SecretRecheckInterval; Secrets are not watched).
+// refuse records a refusal (by the IPAM-API or the Secret) only a user can fix, and waits for
+// the claim, its pool or its Secret to change (see Config.SecretRecheckInterval).
 func (h *Handler) refuse(ctx context.Context, o outcome, secretVersion string, reg *record.Registration, nothingHeld bool) outcome {
-	// Keep the record while it may name something held: a registered address, or an
-	// earlier request whose outcome this answer does not settle.
+	// Kept while it may name something held: a registered address, or an unsettled attempt.
 	keep := reg
 	if !reg.Registered && (nothingHeld || reg.Attempt.IsZero()) {
 		keep = nil
 	}
-	digest := h.inputs(reg)
+	digest := h.inputs(reg, secretVersion)
 	if err := h.writeRecord(ctx, keep, map[string]*string{ipamv1alpha1.RefusedInputsAnnotation: &digest}); err != nil {
 		return transient(err)
 	}
 	if keep == nil {
-		h.forgetSends()
+		h.forget()
 	}
-	h.refusals.remember(h.claim.UID, secretVersion)
 	return o.retryIn(h.secretRecheck())
 }
 
@@ -52,26 +48,26 @@ func (h *Handler) secretRecheck() time.Duration {
 	return time.Minute
 }
 
-// refusedBefore reports whether the claim was refused for exactly these inputs: the
-// digest on the claim (its generation and annotations, its pool, the manager's
-// settings) and, in this process's memory, the Secret's value. After a restart a
-// refused claim is therefore sent once more, never again until something changes.
+// refusedBefore reports whether the claim was refused for exactly these inputs, its Secret's
+// value (secret: valueKey) among them. The digest is keyed with this process's refusalKey, so
+// after a restart a refused claim is sent once more, then not again until something changes.
 func (h *Handler) refusedBefore(reg *record.Registration, secret string) bool {
 	v := h.claim.Annotations[ipamv1alpha1.RefusedInputsAnnotation]
-	return v != "" && v == h.inputs(reg) && h.refusals.same(h.claim.UID, secret)
+	return v != "" && v == h.inputs(reg, secret)
 }
 
-// inputs is a digest of what a refusal depends on, besides the Secret: the request
-// that was refused (reg: its holder, Secret, and the address unless the provider
-// picked it), the claim's generation and annotations, its pool's generation and the
-// manager's settings. The request is part of it because it need not follow from the
-// annotations the claim has now: a pending record computed before a user's change is
-// sent once more, and its refusal must not stand for the request the change asks for.
-func (h *Handler) inputs(reg *record.Registration) string {
-	d := sha256.New()
+// inputs is a digest of what a refusal depends on: the refused request (identity, Secret, and
+// the address unless picked), what the Secret said (secret: valueKey), the claim's generation
+// and annotations, its pool and the manager's settings. The request counts itself: a pending
+// record made before a user's change is sent once more, and its refusal must not stand for the
+// changed request. The digest is an HMAC with a key of this process (refusalKey): it goes on
+// the claim, whose readers may not read the Secret, and must not let them test guesses of it.
+func (h *Handler) inputs(reg *record.Registration, secret string) string {
+	d := hmac.New(sha256.New, h.refusalKey())
 	add := func(s string) { d.Write([]byte(s)); d.Write([]byte{0}) }
 	add(reg.Key())
 	add(reg.Secret.String())
+	add(secret)
 	if !reg.Candidate {
 		add(reg.Address)
 	}
@@ -97,9 +93,9 @@ func (h *Handler) inputs(reg *record.Registration) string {
 	return hex.EncodeToString(d.Sum(nil)[:12])
 }
 
-// valueKey identifies what a Secret said when it was read (kept in memory only, never
-// on an object): its value, or why there was none. The provider's own changes to the
-// Secret (finalizer, fingerprint) do not change it.
+// valueKey identifies what a Secret said when read (it goes on an object only keyed, see
+// inputs): its value, or why there was none; the provider's own finalizer and fingerprint do
+// not change it.
 func valueKey(ref record.ObjectRef, sec *registrar.Secret, err error) string {
 	var inv *registrar.SecretInvalidError
 	switch {
@@ -111,33 +107,4 @@ func valueKey(ref record.ObjectRef, sec *registrar.Secret, err error) string {
 		return ref.String() + "|absent"
 	}
 	return ref.String()
-}
-
-// refusals is, per claim refused for a reason only a user can fix, what its Secret
-// said at the time (valueKey). Entries go when the claim binds or goes.
-type refusals struct {
-	mu sync.Mutex
-	m  map[types.UID]string
-}
-
-func (r *refusals) remember(uid types.UID, key string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.m == nil {
-		r.m = map[types.UID]string{}
-	}
-	r.m[uid] = key
-}
-
-func (r *refusals) same(uid types.UID, key string) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	v, ok := r.m[uid]
-	return ok && v == key
-}
-
-func (r *refusals) forget(uid types.UID) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	delete(r.m, uid)
 }

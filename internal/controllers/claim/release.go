@@ -20,10 +20,9 @@ import (
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi"
 )
 
-// release releases what is recorded for a deleted claim: the IPAddress's record, else
-// the claim's. A recorded rotation is settled first; a Secret whose value changed
-// since registration keeps the claim (an ambiguous "not held" would abandon the
-// address under the old value).
+// release releases what is recorded for a deleted claim, settling a recorded rotation first.
+// A Secret whose value changed since registration holds the release: "not held" under the new
+// value would abandon the address under the old one.
 func (h *Handler) release(ctx context.Context) outcome {
 	reg, err := h.recorded(ctx)
 	if err != nil {
@@ -34,15 +33,12 @@ func (h *Handler) release(ctx context.Context) outcome {
 		return outcome{}
 	}
 	if !reg.Registered && reg.Attempt.IsZero() {
-		// A pending record without an attempt time: nothing was ever sent under it (or
-		// what was is settled), so nothing is held for it.
+		// Nothing was sent under this pending record (or that is settled): nothing is held.
 		return h.released(ctx, reg, "Dropped a registration record that was never sent: nothing to release")
 	}
 	if !reg.Registered && h.wasBound() {
-		// The IPAddress went first (a namespace's deletion deletes it before the claim):
-		// the address is released as registered, with the retention asked for. The
-		// pending record names no address in routed mode; the IPAM-API answers with the
-		// held one when it is sent again.
+		// The IPAddress went first (as in a namespace's deletion): release as registered, with
+		// retention. A routed-mode pending record names no address: sending it again learns it below.
 		reg.Registered = true
 	}
 	if _, moving := h.claim.Annotations[clusterctlv1.DeleteForMoveAnnotation]; moving {
@@ -59,8 +55,7 @@ func (h *Handler) release(ctx context.Context) outcome {
 			reg.Secret = cur.RotatingTo
 		}
 	}
-	// The claim's own retention annotation is what its user asks for now (the
-	// IPAddress may not show a change made moments ago yet).
+	// The claim's retention annotation wins: the IPAddress may not show a change made just now.
 	if want := *reg; h.overrides(&want) == nil && reg.Registered {
 		reg.RetentionPeriodDays = want.RetentionPeriodDays
 	}
@@ -85,10 +80,8 @@ func (h *Handler) release(ctx context.Context) outcome {
 	}
 
 	if !reg.Registered {
-		// The registration was sent but its answer never arrived. The user never saw
-		// the address, so it is released without retention, once the request has
-		// certainly ended (a release before it lands would find nothing, and it would
-		// then register the address for good).
+		// Sent, but never answered: the user never saw the address, so it goes without
+		// retention, once the request has certainly ended (see InFlight.Busy).
 		reg.RetentionPeriodDays = 0
 		if left := h.mayStillBeInFlight(reg); left > 0 {
 			return releaseWaits(fmt.Sprintf("an earlier registration request may still be in flight; releasing after %s",
@@ -118,8 +111,7 @@ func (h *Handler) release(ctx context.Context) outcome {
 			orPending(reg.Address), h.after(left)), left)
 	}
 	if _, err := api.Release(ctx, reg.Request(sec.Value)); err != nil {
-		// With the owning value (the fingerprint matched), "not held" means released:
-		// already, or by the retention sweeper.
+		// Under the owning value, "not held" means released already (or by the retention sweeper).
 		if !ipamapi.IsNotHeld(err) && (reg.Registered || ipamapi.ClassOf(err) != ipamapi.ClassValidation) {
 			return releaseFailed(err.Error())
 		}
@@ -135,15 +127,12 @@ func (h *Handler) release(ctx context.Context) outcome {
 	return o
 }
 
-// wasBound reports whether the claim was ever bound: its addressRef is set only once
-// its IPAddress was created from an answer (the status is patched after the IPAddress,
-// and never cleared), so its record's request was answered and the address accepted as
-// its own, whatever the record (a pending one stays on the claim) says.
+// wasBound reports whether the claim was ever bound: addressRef is set only once its IPAddress
+// was created from an answer, and never cleared, so it outweighs a pending record on the claim.
 func (h *Handler) wasBound() bool { return h.claim.Status.AddressRef.Name != "" }
 
-// mayStillBeInFlight is for how long a request under the claim's identity may still
-// be carried out by the IPAM-API (registrar.InFlight.MayStillBeInFlight); a claim that
-// was bound had its own request answered.
+// mayStillBeInFlight is InFlight.MayStillBeInFlight, but 0 for a claim once bound: its request
+// was answered.
 func (h *Handler) mayStillBeInFlight(reg *record.Registration) time.Duration {
 	if h.wasBound() {
 		return 0
@@ -162,16 +151,14 @@ func releaseFailed(msg string) outcome {
 	return failed(ipamv1alpha1.ClaimReadyReleaseFailedReason, "releasing the address failed, retrying with back-off: "+msg).releasing()
 }
 
-// releaseWaits is a release that waits for something whose end is known (a request
-// still in flight, a Secret looked at again later): it comes back then, no back-off.
+// releaseWaits is a release waiting for something whose end is known: no back-off.
 func releaseWaits(msg string, d time.Duration) outcome {
 	return failed(ipamv1alpha1.ClaimReadyReleaseFailedReason, "releasing the address waits: "+msg).releasing().retryIn(d)
 }
 
-// released finishes a release, logging msg: the record goes (the Reconciler then
-// removes the claim's finalizer in the same patch). The Secret controller drops the
-// Secret's finalizer once nothing records it any more. No event: the claim is gone a
-// moment later (one is sent when retention keeps the address).
+// released finishes a release, logging msg: the record goes, and the Reconciler removes the
+// finalizer in the same patch. No event (the claim is gone a moment later), unless the caller
+// adds one: retention keeps the address.
 func (h *Handler) released(ctx context.Context, reg *record.Registration, msg string, kv ...any) outcome {
 	record.Remove(h.claim)
 	h.forget()
@@ -179,8 +166,7 @@ func (h *Handler) released(ctx context.Context, reg *record.Registration, msg st
 	return outcome{}
 }
 
-// recorded finds what was registered for the claim: the IPAddress's record, else the
-// claim's record, else nothing.
+// recorded is what was registered for the claim: the IPAddress's record, else the claim's.
 func (h *Handler) recorded(ctx context.Context) (*record.Registration, error) {
 	addr := &ipamv1.IPAddress{}
 	err := h.Client.Get(ctx, client.ObjectKeyFromObject(h.claim), addr)

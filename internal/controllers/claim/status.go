@@ -14,8 +14,7 @@ import (
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/note"
 )
 
-// The actions of the events the claim controller records (events.k8s.io/v1 wants one):
-// what it was doing when it happened.
+// The actions of the claim controller's events (events.k8s.io/v1 requires one).
 const (
 	actionAllocate = "Allocate"
 	actionRotate   = "RotateSecret"
@@ -29,8 +28,7 @@ type outcome struct {
 	ready   metav1.ConditionStatus
 	reason  string
 	message string
-	// event is the reason of the event that goes with a changed Ready condition
-	// ("" means reason).
+	// event is the reason of the event for a changed Ready condition ("": reason).
 	event  string
 	action string
 	// set and drop are other conditions to set or remove (SecretRotated, AddressShared).
@@ -40,11 +38,9 @@ type outcome struct {
 	notes []eventNote
 	// err is returned to the Reconciler; with ready False and no err, the message is.
 	err error
-	// terminal waits for a change of the claim or its pool (their watches), or for the
-	// Secret protector, instead of retrying with back-off.
+	// terminal waits for the claim's or pool's watch, or the Secret protector, not back-off.
 	terminal bool
-	// retry brings the claim back after this long, with no back-off and no reconcile
-	// error (the conditions say what it waits for): a wait whose end is known.
+	// retry brings the claim back after this long, without back-off or error: a known wait.
 	retry time.Duration
 }
 
@@ -59,12 +55,10 @@ func failed(reason, message string) outcome {
 	return outcome{ready: metav1.ConditionFalse, reason: reason, message: message, action: actionAllocate}
 }
 
-// transient is a failure that leaves the conditions as they are (a bound claim stays
-// Ready) and is retried with back-off.
+// transient is a failure retried with back-off, leaving the conditions (a bound claim stays Ready).
 func transient(err error) outcome { return outcome{err: err} }
 
-// waitError marks the error of an outcome with a retry: the Reconciler returns no
-// error but comes back after `after`.
+// waitError is an outcome's error with a retry: the Reconciler requeues after `after`, no error.
 type waitError struct {
 	error
 	after time.Duration
@@ -82,15 +76,12 @@ func (o outcome) note(typ, reason, action, message string) outcome {
 	return o
 }
 
-// report applies an outcome to the claim (the Reconciler patches it at the end of the
-// reconcile) and returns the error for the Reconciler.
+// report applies an outcome to the claim (patched when the reconcile ends) and returns its error.
 func (h *Handler) report(o outcome) error {
 	if o.ready != "" {
 		o.message = note.Truncate(o.message, note.ConditionLimit)
-		// One event per change of the condition, never one per retry or resync; none
-		// when a claim is bound the first time (its Ready condition and IPAddress say
-		// so, and a claim is bound with four writes), one when it recovers. (prev points
-		// into the claim's conditions: read it before they are set.)
+		// One event per change of the condition, never per retry or resync; none on the
+		// first binding, one on recovery. prev points into the conditions: read it first.
 		prev := conditions.Get(h.claim, ipamv1.IPAddressClaimReadyCondition)
 		changed := prev == nil || prev.Status != o.ready || prev.Reason != o.reason || prev.Message != o.message
 		recovered := prev != nil && prev.Status != metav1.ConditionTrue

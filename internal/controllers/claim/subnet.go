@@ -26,18 +26,15 @@ import (
 // candidatesPerReconcile bounds how many taken candidates one reconcile skips.
 const candidatesPerReconcile = 16
 
-// subnetState is what this process knows about subnet-mode pools beyond the cluster:
-// candidates being registered, and addresses found held by someone else (skipped for
-// the recheck interval, then forgotten); and, kept from the cache's events, which
-// addresses each pool's IPAddresses and claim records name, so a pick never lists the
-// pool.
+// subnetState is what this process knows of subnet-mode pools: candidates being registered,
+// addresses found held elsewhere (skipped for a while), and, from the cache's events, the
+// addresses each pool's IPAddresses and claim records name, so a pick never lists the pool.
 type subnetState struct {
 	recheck time.Duration
 	mu      sync.Mutex
 	picked  map[string]map[netip.Addr]types.UID // zone key -> candidate -> claim
 	takenAt map[string]map[netip.Addr]time.Time // zone key -> address -> when found taken
-	// used counts, per pool (poolKey), the objects that name each address; named is
-	// what each object (IPAddress or claim, by UID) names.
+	// used counts, per poolKey, the objects naming each address; named is what each one names.
 	used  map[string]map[netip.Addr]int
 	named map[types.UID]occupant
 }
@@ -188,17 +185,14 @@ func (s *subnetState) next(plan *subnet.Plan, key, pool string, uid types.UID, s
 	return cand, ok
 }
 
-// subnetKey scopes picks and taken addresses to an IPAM-API zone (pools whose subnets
-// overlap see each other's picks).
+// subnetKey scopes picks and taken addresses to an IPAM-API zone, across overlapping pools.
 func subnetKey(endpoint, zone string) string {
 	return ipamapi.NormalizeEndpoint(endpoint) + "|" + zone
 }
 
-// allocateInSubnet registers a host address of the pool's subnet for the claim: the
-// address the user asked for, or candidates picked in order, each recorded on the
-// claim before it is sent. A candidate someone else holds is skipped; one the IPAM-API
-// had already ("updated": another holder of the same secret, or this claim after a
-// lost answer) is given back. Only a candidate the IPAM-API registered anew is bound.
+// allocateInSubnet registers a host address of the pool's subnet: the one the user asked for,
+// or candidates picked in order, each recorded on the claim before it is sent. A candidate
+// someone else holds is skipped; only one the IPAM-API registered anew is bound.
 func (h *Handler) allocateInSubnet(ctx context.Context, address *ipamv1.IPAddress, reg *record.Registration) outcome {
 	spec := h.pool.PoolSpec()
 	plan, err := subnet.New(spec.Subnet, spec.Gateway, spec.ExcludedAddresses)
@@ -237,8 +231,7 @@ func (h *Handler) allocateInSubnet(ctx context.Context, address *ipamv1.IPAddres
 					"address is in use, excluded or held elsewhere; the claim binds when one frees up", spec.Subnet, h.claim.Spec.PoolRef.Kind, h.pool.GetName()))
 			}
 			reg.Address, reg.Candidate, reg.Attempt = netip.PrefixFrom(cand, cand.BitLen()).String(), true, time.Time{}
-			// Another claim of this process may be registering it right now (a requested
-			// address, before its record is in the cache): never both.
+			// Another claim of this process may be registering it, its record not cached yet.
 			if _, ok := h.InFlight.ReserveAddress(ctx, reg.HostKey(), "", h.claim); !ok {
 				skip[cand], reg.Address = true, ""
 				continue
@@ -259,23 +252,20 @@ func (h *Handler) allocateInSubnet(ctx context.Context, address *ipamv1.IPAddres
 		cand, _ := ipamapi.ParseHost(reg.Address)
 		switch {
 		case err == nil && res.Updated() && reg.Candidate && !h.wasBound():
-			// The IPAM-API had the candidate already: another holder of the same secret
-			// has it, or this claim does from a request whose answer was lost; which of
-			// the two, nothing tells. Two nodes must never share an address: the claim's
-			// hold is given back (a lost answer costs a candidate) and the next one taken.
-			// A claim that was bound to it (its IPAddress lost since) holds it as its own.
+			// Held already, by another holder of the same secret or by this claim after a lost
+			// answer; nothing tells which. Two nodes must never share an address: give it back (a
+			// lost answer costs a candidate), unless this claim was bound to it (IPAddress lost).
 			if o := h.decline(ctx, api, sec, reg, key); o != nil {
 				return *o
 			}
 		case err == nil:
-			// The pick stays until the IPAddress is in the cache (see bound), so no other
-			// claim of this process picks the address meanwhile.
+			// The pick stays until the IPAddress is in the cache (see bound).
 			return h.registered(ctx, address, reg, res)
 		case ipamapi.ClassOf(err) == ipamapi.ClassWrongSecret && reg.Candidate:
 			h.subnets.markTaken(key, cand)
 			reg.Address, reg.Attempt = "", time.Time{}
 		case ipamapi.ClassOf(err) == ipamapi.ClassNotInZone && reg.Candidate:
-			// The pool's subnet is not (all) in its zone: a pool error, shown on the pool too.
+			// A pool error, shown on the pool too.
 			return h.refuse(ctx, failed(ipamv1alpha1.ClaimReadySubnetOutsideZoneReason, fmt.Sprintf("the IPAM-API says %s of subnet %s "+
 				"is not in zone %s: the pool's subnet lies outside its zone; fix spec.subnet or spec.zone of %s %s", reg.Address, spec.Subnet,
 				reg.Zone, h.claim.Spec.PoolRef.Kind, h.pool.GetName())), valueKey(reg.Secret, sec, nil), reg, true)
@@ -314,15 +304,12 @@ func (h *Handler) decline(ctx context.Context, api ipamapi.Client, sec *registra
 	return nil
 }
 
-// pickCandidate returns the lowest usable address of the subnet that no IPAddress of
-// the pool has, no claim of the pool has recorded, and that is not known to be held
-// elsewhere: from the cache's events, never a List of the pool.
+// pickCandidate picks the claim's next candidate (subnetState.next).
 func (h *Handler) pickCandidate(plan *subnet.Plan, key string, skip map[netip.Addr]bool) (netip.Addr, bool) {
 	return h.subnets.next(plan, key, poolKey(h.claim.Spec.PoolRef, h.claim.Namespace), h.claim.UID, skip)
 }
 
-// setRecordIfAny saves the claim's record as it is now, or removes it when it names
-// nothing any more, at once.
+// setRecordIfAny writes the claim's record now, or removes it when it names nothing.
 func (h *Handler) setRecordIfAny(ctx context.Context, reg *record.Registration) error {
 	if reg.Address == "" && !reg.Registered {
 		if _, ok := h.claim.Annotations[ipamv1alpha1.RegistrationAnnotation]; !ok {

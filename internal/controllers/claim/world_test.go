@@ -111,6 +111,7 @@ func newWorld(t *testing.T) *world {
 		},
 		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
 			setUID(obj)
+			w.created(obj)
 			return w.write(obj, func() error { return c.Create(ctx, obj, opts...) })
 		},
 		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
@@ -198,9 +199,22 @@ func setUID(obj client.Object) {
 	}
 }
 
+// created gives a new object its creation time, as the API server does (the fake
+// client does not): now on the world's clock, if it has one.
+func (w *world) created(obj client.Object) {
+	if ts := obj.GetCreationTimestamp(); ts.IsZero() {
+		now := time.Now()
+		if w.cfg.Clock != nil {
+			now = w.cfg.Clock.Now()
+		}
+		obj.SetCreationTimestamp(metav1.NewTime(now))
+	}
+}
+
 func (w *world) create(obj client.Object) {
 	w.t.Helper()
 	setUID(obj)
+	w.created(obj)
 	if err := w.direct.Create(w.ctx, obj); err != nil {
 		w.t.Fatalf("creating %T %s: %v", obj, obj.GetName(), err)
 	}

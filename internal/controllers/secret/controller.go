@@ -47,9 +47,9 @@ type Protector struct {
 	// Secrets are the claims' Secret reads: their Protected is told what the protector
 	// has made sure of; nil: every record that names a Secret enqueues it.
 	Secrets *registrar.Secrets
-	// Wake takes the claims that waited for a Secret key the protector has protected
-	// (Secrets.Protected hands them out) to the claim controller; nil: they come back on
-	// their own recheck (every 2 s; once claims have waited 8 s, less often).
+	// Wake takes claims to the claim controller: those that wait for a Secret key the
+	// protector has just protected, and those whose Secret's value it found changed, or
+	// back as it was; nil: none (waiting claims look again on their own).
 	Wake chan<- event.GenericEvent
 	// Ledger lists the Secrets the protector has protected, for the next leader to look
 	// at again; nil: none (a Secret whose last record goes while no leader runs keeps
@@ -189,16 +189,41 @@ func (p *Protector) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 		p.Secrets.Protected.Set(req.NamespacedName, nil) // gone: a Secret made again under the name is not protected
 		return res, p.valueChanged(ctx, req.NamespacedName, nil, nil)
 	}
-	if err := p.valueChanged(ctx, req.NamespacedName, sec, ready); err != nil {
-		return res, err
-	}
-	// The claims that waited for the ready keys go on now.
-	if woken := p.Secrets.Protected.Set(req.NamespacedName, ready); len(woken) > 0 && p.Wake != nil {
-		if err := registrar.WakeKeys(ctx, p.Wake, woken); err != nil {
-			return res, err
+	var newly []string // the keys protected since the last look
+	for _, k := range ready {
+		if !p.Secrets.Protected.Has(record.ObjectRef{Namespace: req.Namespace, Name: req.Name, Key: k}) {
+			newly = append(newly, k)
 		}
 	}
-	return res, nil
+	p.Secrets.Protected.Set(req.NamespacedName, ready)
+	if err := p.wakeWaiting(ctx, req.NamespacedName, newly); err != nil {
+		return res, err
+	}
+	return res, p.valueChanged(ctx, req.NamespacedName, sec, ready)
+}
+
+// wakeWaiting wakes the claims that wait for keys of the Secret that are protected now: the
+// unbound claims whose pending record names one of them and was never sent (no attempt time).
+// They are found through the index of records, not kept in memory; a claim not woken looks
+// again on its own a moment later.
+func (p *Protector) wakeWaiting(ctx context.Context, secret types.NamespacedName, keys []string) error {
+	if len(keys) == 0 || p.Wake == nil {
+		return nil
+	}
+	claims := &ipamv1.IPAddressClaimList{}
+	if err := p.Client.List(ctx, claims, client.MatchingFields{index.ClaimSecret: secret.String()}, client.UnsafeDisableDeepCopy); err != nil {
+		return errors.Wrap(err, "listing the claims that wait for the Secret")
+	}
+	var woken []types.NamespacedName
+	for i := range claims.Items {
+		c := &claims.Items[i]
+		reg, err := record.OnClaim(c.Annotations)
+		if err == nil && reg != nil && reg.Attempt.IsZero() && c.Status.AddressRef.Name == "" &&
+			reg.Secret.ObjectKey() == secret && slices.Contains(keys, reg.Secret.Key) {
+			woken = append(woken, client.ObjectKeyFromObject(c))
+		}
+	}
+	return registrar.WakeKeys(ctx, p.Wake, woken)
 }
 
 // valueChanged tells the claims whose records name the Secret (bound ones too, which

@@ -117,3 +117,44 @@ func TestAPoolsMissingSecretIsLookedAtAgain(t *testing.T) {
 		t.Errorf("a new pool's Secret that counts as protected was not looked at: %d enqueued", q.Len())
 	}
 }
+
+// A GlobalVitistackIPPool's Secret is in the namespace its secretRef names. A pool that
+// switches to another Secret has that one looked at at once, and the one it named
+// before a moment later: the new Secret is protected, the old one let go (nothing is
+// registered under it).
+func TestAGlobalPoolSwitchingSecretsMovesTheProtection(t *testing.T) {
+	ctx := context.Background()
+	value := map[string][]byte{"secret": []byte("a-value-of-the-right-length")}
+	first := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "tenants", Name: "first"}, Data: value}
+	second := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "tenants", Name: "second"}, Data: value}
+	pool := &ipamv1alpha1.GlobalVitistackIPPool{ObjectMeta: metav1.ObjectMeta{Name: "global"},
+		Spec: ipamv1alpha1.VitistackIPPoolSpec{Zone: "inet", SecretRef: &ipamv1alpha1.SecretReference{Namespace: "tenants", Name: "first"}}}
+	c := newClient(first, second, pool)
+	p := protectorWithSecrets(c)
+	protected := func(s *corev1.Secret) bool {
+		_, got := lookAt(t, p, c, client.ObjectKeyFromObject(s))
+		return controllerutil.ContainsFinalizer(got, ipamv1alpha1.SecretInUseFinalizer)
+	}
+	if !protected(first) {
+		t.Fatal("the Secret in the namespace the global pool's secretRef names was not protected")
+	}
+
+	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
+	defer q.ShutDown()
+	switched := pool.DeepCopy()
+	switched.Spec.SecretRef.Name = "second"
+	must(t, c.Update(ctx, switched))
+	secret.PoolEvents(p).Update(ctx, event.UpdateEvent{ObjectOld: pool, ObjectNew: switched}, q)
+	if q.Len() != 1 {
+		t.Fatalf("%d Secrets looked at at once after the switch, want the new one", q.Len())
+	}
+	if r, _ := q.Get(); r.NamespacedName != client.ObjectKeyFromObject(second) {
+		t.Fatalf("%s looked at at once after the switch, want %s", r.NamespacedName, client.ObjectKeyFromObject(second))
+	}
+	if !protected(second) {
+		t.Error("the Secret the pool switched to was not protected")
+	}
+	if protected(first) {
+		t.Error("the Secret the pool no longer names keeps its protection, with nothing registered under it")
+	}
+}
