@@ -9,6 +9,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
@@ -24,8 +25,14 @@ func subnetPool(zone string, family ipamv1alpha1.IPFamily, subnet, gateway strin
 	return s
 }
 
+// defaultSecretValue is the default Secret's value; a test run alone, before any pool
+// made the provider create the Secret, creates it as the provider would.
 func defaultSecretValue(t *testing.T) string {
-	sec := &corev1.Secret{}
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "capi-ipam-vitistack-system", Name: "default"},
+		Type: corev1.SecretTypeOpaque, Data: map[string][]byte{"secret": []byte("a-default-secret-value-of-this-test")}}
+	if err := env.Client.Create(ctx, sec); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
 	NewWithT(t).Eventually(func() error {
 		return env.Client.Get(ctx, client.ObjectKey{Namespace: "capi-ipam-vitistack-system", Name: "default"}, sec)
 	}, eventually, poll).Should(Succeed())
@@ -237,5 +244,36 @@ func TestACutShortSubnetCheckIsFinished(t *testing.T) {
 		g.Expect(pool.Annotations).NotTo(HaveKey(ipamv1alpha1.SubnetProbeAnnotation))
 	}, eventually, poll).Should(Succeed())
 	g.Expect(holdersOf("10.68.0.0/32")).To(HaveEach(HaveField("ExpiresAt", Not(BeNil()))), "the old check's address is released")
+	poolReady(t, pool, metav1.ConditionTrue, "Ready", "accepts zone hnet-private")
+}
+
+// A subnet check cut short right after its registration was sent (the record names
+// when) is given back only once that registration can no longer be carried out: a
+// release that overtook a late registration would leave the address registered for
+// good. The manager's quarantine is twice its 2 s IPAM-API timeout.
+func TestACutShortSubnetCheckWaitsOutItsRequest(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	const quarantine = 4 * time.Second
+	id := `{"serviceName":"vitistack-ipam-subnet-probe","namespaceID":"a-pool-uid-of-before","clusterID":"` + uidOf(t, "kube-system") + `"}`
+	registerDirect(t, `{"secret":"`+defaultSecretValue(t)+`","zone":"hnet-private","ip_family":"ipv4","address":"10.69.0.0/32","service":`+
+		`{"service_name":"vitistack-ipam-subnet-probe","namespace_id":"a-pool-uid-of-before","cluster_id":"`+uidOf(t, "kube-system")+`",`+
+		`"retention_period_days":0,"deny_external_cleanup":false}}`)
+	sent := time.Now()
+	spec := subnetPool("hnet-private", ipamv1alpha1.IPv4, "10.69.0.0/29", "10.69.0.1")
+	pool := &ipamv1alpha1.VitistackIPPool{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "cut-short-just-now",
+		Annotations: map[string]string{ipamv1alpha1.SubnetProbeAnnotation: `{"address":"10.69.0.0/32","identity":` + id +
+			`,"attempt":"` + sent.UTC().Format(time.RFC3339Nano) + `"}`}}, Spec: spec}
+	g.Expect(env.Client.Create(ctx, pool)).To(Succeed())
+	// The pool controller met the record and waits (its log says so) ...
+	g.Eventually(func() string { return env.Logs.String() }, eventually, poll).Should(
+		MatchRegexp(`subnet check may still be carried out.*"address"="10\.69\.0\.0/32"`))
+	// ... and releases the address once the quarantine has passed, not before.
+	g.Eventually(func(g Gomega) {
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(pool), pool)).To(Succeed())
+		g.Expect(pool.Annotations).NotTo(HaveKey(ipamv1alpha1.SubnetProbeAnnotation))
+	}, eventually, poll).Should(Succeed())
+	g.Expect(time.Since(sent)).To(BeNumerically(">=", quarantine), "the record went before the quarantine ended")
+	g.Expect(holdersOf("10.69.0.0/32")).To(HaveEach(HaveField("ExpiresAt", Not(BeNil()))), "the old check's address is released")
 	poolReady(t, pool, metav1.ConditionTrue, "Ready", "accepts zone hnet-private")
 }

@@ -16,13 +16,17 @@ import (
 	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/record"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/registrar"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/subnet"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi"
 )
 
-// allocate registers an address for a claim without an IPAddress. What is about to be
-// sent is recorded on the claim before it is sent, so a restart at any point finds it,
-// waits out a request that may still be in flight, and sends the same registration
-// again (the IPAM-API answers with the same address) or releases it on deletion.
+// allocate registers an address for a claim without an IPAddress: the one it asks for, any
+// the IPAM-API picks (routed mode), or, in subnet mode, a candidate the provider picks in
+// order. What is about to be sent is recorded on the claim before it is sent, so a restart
+// at any point finds it, waits out a request that may still be in flight, and sends the
+// same registration again (the IPAM-API answers with the same address) or releases it on
+// deletion. One reconcile sends one registration: a candidate held elsewhere is given
+// back or skipped, and the claim comes back at once for the next.
 func (h *Handler) allocate(ctx context.Context, address *ipamv1.IPAddress) outcome {
 	reg, bad := h.claimRecord()
 	if bad != nil {
@@ -34,10 +38,15 @@ func (h *Handler) allocate(ctx context.Context, address *ipamv1.IPAddress) outco
 			return asOutcome(err)
 		}
 	}
-	if h.pool.PoolSpec().Subnet != "" && !reg.Registered {
-		return h.allocateInSubnet(ctx, address, reg)
-	}
-	if reg.Address == "" && !reg.Registered {
+	var api ipamapi.Client
+	var sec *registrar.Secret
+	var o *outcome
+	inSubnet := h.pool.PoolSpec().Subnet != "" && !reg.Registered
+	if inSubnet {
+		if api, sec, o = h.subnetCandidate(ctx, reg); o != nil {
+			return *o
+		}
+	} else if reg.Address == "" && !reg.Registered {
 		addr, err := h.takeOver(ctx, reg)
 		if err != nil {
 			return transient(err)
@@ -52,28 +61,69 @@ func (h *Handler) allocate(ctx context.Context, address *ipamv1.IPAddress) outco
 	if o := h.checkShare(ctx, reg); o != nil {
 		return *o
 	}
-	// Two requests without an address in flight at once would each allocate one (with
-	// an address they name the same one, so only those are held back). A claim that
-	// was bound had its request answered.
-	if reg.Address == "" {
+	// Two requests of one identity without an address in flight at once would each
+	// allocate one; a candidate must not meet an earlier one of the identity either. A
+	// claim that was bound had its request answered.
+	if reg.Address == "" || inSubnet {
 		if left := h.mayStillBeInFlight(reg); left > 0 {
-			return failed(ipamv1.IPAddressClaimReadyAllocationFailedReason,
-				fmt.Sprintf("an earlier registration request may still be in flight in the IPAM-API; the next is sent after %s",
-					h.after(left))).retryIn(left)
+			return failed(ipamv1.IPAddressClaimReadyAllocationFailedReason, fmt.Sprintf("an earlier registration of %s may still be in "+
+				"flight in the IPAM-API; the next is sent after %s", orPending(reg.Address), h.after(left))).retryIn(left)
+		}
+	}
+	if api == nil {
+		if api, sec, o = h.connect(ctx, reg); o != nil {
+			return *o
+		}
+	}
+	firstAttempt := reg.Attempt.IsZero() // the attempt time is set only when a request is sent
+	if o := h.writePending(ctx, reg, sec); o != nil {
+		return *o
+	}
+	res, err := h.InFlight.Register(ctx, api, h.claim.UID, reg, reg.Request(sec.Value))
+	switch {
+	case err == nil && res.Updated() && reg.Candidate && !h.wasBound():
+		// Held already, by another holder of the same secret or by this claim after a lost
+		// answer; nothing tells which. Two nodes must never share an address: give it back (a
+		// lost answer costs a candidate), unless this claim was bound to it (IPAddress lost).
+		return h.decline(ctx, api, sec, reg)
+	case err == nil:
+		return h.registered(ctx, address, reg, res)
+	case reg.Candidate && ipamapi.ClassOf(err) == ipamapi.ClassWrongSecret:
+		return h.skip(ctx, reg)
+	case reg.Candidate && ipamapi.ClassOf(err) == ipamapi.ClassNotInZone:
+		// A pool error, shown on the pool too.
+		spec := h.pool.PoolSpec()
+		return h.refuse(ctx, failed(ipamv1alpha1.ClaimReadySubnetOutsideZoneReason, fmt.Sprintf("the IPAM-API says %s of subnet %s "+
+			"is not in zone %s: the pool's subnet lies outside its zone; fix spec.subnet or spec.zone of %s %s", reg.Address, spec.Subnet,
+			reg.Zone, h.claim.Spec.PoolRef.Kind, h.pool.GetName())), valueKey(reg.Secret, sec, nil), reg, true)
+	}
+	return h.registerFailed(ctx, reg, sec, err, firstAttempt)
+}
+
+// subnetCandidate readies a subnet-mode registration: the address the user asked for must be
+// usable in the subnet; a candidate being given back is given back (which needs the IPAM-API
+// client and the Secret, resolved here), and without an address the next one is picked.
+func (h *Handler) subnetCandidate(ctx context.Context, reg *record.Registration) (ipamapi.Client, *registrar.Secret, *outcome) {
+	spec := h.pool.PoolSpec()
+	plan, err := subnet.New(spec.Subnet, spec.Gateway, spec.ExcludedAddresses)
+	if err != nil {
+		return nil, nil, stop(failed(ipamv1.IPAddressClaimReadyPoolNotReadyReason, err.Error()+"; fix the pool's spec.subnet").final())
+	}
+	if reg.Address != "" && !reg.Candidate {
+		if a, err := ipamapi.ParseHost(reg.Address); err != nil || !plan.Usable(a) {
+			return nil, nil, stop(asOutcome(invalidAnnotation(ipamv1alpha1.AddressesAnnotation, "%s is not a usable address of subnet %s "+
+				"(network, broadcast, gateway and excluded addresses are not)", reg.Address, spec.Subnet)))
 		}
 	}
 	api, sec, o := h.connect(ctx, reg)
-	if o != nil {
-		return *o
+	switch {
+	case o != nil:
+	case reg.Declined:
+		o = stop(h.decline(ctx, api, sec, reg))
+	case reg.Address == "":
+		o = h.pick(ctx, plan, reg)
 	}
-	s, stop := h.send(ctx, api, sec, reg)
-	if stop != nil {
-		return *stop
-	}
-	if s.err != nil {
-		return h.registerFailed(ctx, reg, sec, s.err, s.firstAttempt)
-	}
-	return h.registered(ctx, address, reg, s.res)
+	return api, sec, o
 }
 
 // connect resolves the IPAM-API client and the owning Secret of an unbound claim's
@@ -81,17 +131,16 @@ func (h *Handler) allocate(ctx context.Context, address *ipamv1.IPAddress) outco
 func (h *Handler) connect(ctx context.Context, reg *record.Registration) (ipamapi.Client, *registrar.Secret, *outcome) {
 	api, err := h.API(ctx, reg)
 	if err != nil {
-		o := asOutcome(err)
-		return nil, nil, &o
+		return nil, nil, stop(asOutcome(err))
 	}
 	sec, err := h.Secrets.Get(ctx, reg.Secret, true)
 	version := valueKey(reg.Secret, sec, err)
 	if h.refusedBefore(reg, version) {
-		o := h.waitForChange()
-		return nil, nil, &o
+		return nil, nil, stop(h.waitForChange())
 	}
 	var nf *registrar.SecretNotFoundError
 	var inv *registrar.SecretInvalidError
+	var refused outcome
 	switch {
 	case errors.As(err, &nf):
 		msg := nf.Error()
@@ -99,24 +148,21 @@ func (h *Handler) connect(ctx context.Context, reg *record.Registration) (ipamap
 			msg = fmt.Sprintf("%s: create it (type Opaque, key %q), or change the %s annotation or the pool's secretRef",
 				msg, nf.Ref.Key, ipamv1alpha1.SecretAnnotation)
 		}
-		o := h.refuse(ctx, failed(ipamv1alpha1.ClaimReadySecretNotFoundReason, msg), version, reg, false)
-		return nil, nil, &o
+		refused = failed(ipamv1alpha1.ClaimReadySecretNotFoundReason, msg)
 	case errors.As(err, &inv):
-		o := h.refuse(ctx, failed(ipamv1alpha1.ClaimReadySecretInvalidReason, inv.Error()), version, reg, false)
-		return nil, nil, &o
+		refused = failed(ipamv1alpha1.ClaimReadySecretInvalidReason, inv.Error())
 	case err != nil:
-		o := transient(err)
-		return nil, nil, &o
+		return nil, nil, stop(transient(err))
 	case sec.Deleting:
-		o := h.refuse(ctx, failed(ipamv1.IPAddressClaimReadyAllocationFailedReason, fmt.Sprintf("Secret %s/%s is being deleted: "+
-			"no address is registered under it any more; point the claim at another Secret", sec.Ref.Namespace, sec.Ref.Name)).
-			withEvent(ipamv1alpha1.ClaimReadySecretNotFoundReason), version, reg, false)
-		return nil, nil, &o
+		refused = failed(ipamv1.IPAddressClaimReadyAllocationFailedReason, fmt.Sprintf("Secret %s/%s is being deleted: no address is "+
+			"registered under it any more; point the claim at another Secret", sec.Ref.Namespace, sec.Ref.Name)).
+			withEvent(ipamv1alpha1.ClaimReadySecretNotFoundReason)
 	case sec.Changed():
-		o := h.refuse(ctx, secretChanged(sec), version, reg, false)
-		return nil, nil, &o
+		refused = secretChanged(sec)
+	default:
+		return api, sec, nil
 	}
-	return api, sec, nil
+	return nil, nil, stop(h.refuse(ctx, refused, version, reg, false))
 }
 
 func secretChanged(sec *registrar.Secret) outcome {
@@ -124,26 +170,6 @@ func secretChanged(sec *registrar.Secret) outcome {
 		"fingerprinted (when a pool or a claim first named it), and addresses registered under the old value would no longer be known "+
 		"by it: restore the previous value; to use another value, put it in a new Secret and point the pool or the claims at it (the "+
 		"provider rotates registered addresses)", sec.Ref.Namespace, sec.Ref.Name, sec.Ref.Key))
-}
-
-// sent is what became of a registration request.
-type sent struct {
-	res *ipamapi.Response
-	err error
-	// firstAttempt is true when no earlier request was ever sent under the record (its
-	// attempt time is set only when one is).
-	firstAttempt bool
-}
-
-// send records the registration as pending and sends it; stop is set when it was not
-// sent.
-func (h *Handler) send(ctx context.Context, api ipamapi.Client, sec *registrar.Secret, reg *record.Registration) (s sent, stop *outcome) {
-	s.firstAttempt = reg.Attempt.IsZero()
-	if stop = h.writePending(ctx, reg, sec); stop != nil {
-		return s, stop
-	}
-	s.res, s.err = h.InFlight.Register(ctx, api, h.claim.UID, reg, reg.Request(sec.Value))
-	return s, nil
 }
 
 // writePending records the registration with a new attempt time, once the Secret it
@@ -163,13 +189,11 @@ func (h *Handler) writePending(ctx context.Context, reg *record.Registration, se
 	}
 	if !written {
 		if err := h.writeRecord(ctx, reg, map[string]*string{ipamv1alpha1.RefusedInputsAnnotation: nil}); err != nil {
-			o := transient(err)
-			return &o
+			return stop(transient(err))
 		}
 	}
 	if !ready {
-		o := h.awaitProtection(sec)
-		return &o
+		return stop(h.awaitProtection(sec))
 	}
 	return nil
 }

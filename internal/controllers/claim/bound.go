@@ -161,21 +161,17 @@ func withRefusal(rec *record.Registration, refused string) *record.Registration 
 func (h *Handler) owner(ctx context.Context, rec *record.Registration) (ipamapi.Client, *registrar.Secret, *outcome) {
 	api, err := h.API(ctx, rec)
 	if err != nil {
-		o := transient(err)
-		return nil, nil, &o
+		return nil, nil, stop(transient(err))
 	}
 	sec, err := h.Secrets.Get(ctx, rec.Secret, false)
 	if err != nil {
-		o := transient(err)
-		return nil, nil, &o
+		return nil, nil, stop(transient(err))
 	}
 	if sec.Fingerprint == "" {
-		o := transient(errors.Errorf("waiting for Secret %s/%s to be fingerprinted by the provider", sec.Ref.Namespace, sec.Ref.Name))
-		return nil, nil, &o
+		return nil, nil, stop(transient(errors.Errorf("waiting for Secret %s/%s to be fingerprinted by the provider", sec.Ref.Namespace, sec.Ref.Name)))
 	}
 	if sec.Changed() {
-		o := secretChanged(sec).retryIn(h.secretRecheck())
-		return nil, nil, &o
+		return nil, nil, stop(secretChanged(sec).retryIn(h.secretRecheck()))
 	}
 	return api, sec, nil
 }

@@ -25,8 +25,7 @@ func (h *Handler) checkIdentityFree(ctx context.Context, reg *record.Registratio
 	other := ""
 	addrs := &ipamv1.IPAddressList{}
 	if err := index.ListByRegistration(ctx, h.Client, addrs, key); err != nil {
-		o := transient(errors.Wrap(err, "listing IPAddresses by registration"))
-		return &o
+		return stop(transient(errors.Wrap(err, "listing IPAddresses by registration")))
 	}
 	bound := map[types.UID]bool{} // claims whose IPAddress, not their pending record, speaks for them
 	for _, a := range addrs.Items {
@@ -41,8 +40,7 @@ func (h *Handler) checkIdentityFree(ctx context.Context, reg *record.Registratio
 	}
 	claims := &ipamv1.IPAddressClaimList{}
 	if err := index.ListByRegistration(ctx, h.Client, claims, key); err != nil {
-		o := transient(errors.Wrap(err, "listing IPAddressClaims by registration"))
-		return &o
+		return stop(transient(errors.Wrap(err, "listing IPAddressClaims by registration")))
 	}
 	for _, c := range claims.Items {
 		if rec, _ := record.OnClaim(c.Annotations); c.UID != h.claim.UID && !bound[c.UID] && rec != nil && registrar.HoldersConflict(reg.Address, rec.Address) &&
@@ -65,8 +63,7 @@ func (h *Handler) checkIdentityFree(ctx context.Context, reg *record.Registratio
 		msg = fmt.Sprintf("another claim of Service %s (%s) holds its IPAM-API identity with no address yet, or with the same "+
 			"address; waiting until it is bound or released", owner.Name, other)
 	}
-	o := failed(ipamv1.IPAddressClaimReadyAllocationFailedReason, msg).withEvent(ipamv1alpha1.ClaimReadyIdentityInUseReason)
-	return &o
+	return stop(failed(ipamv1.IPAddressClaimReadyAllocationFailedReason, msg).withEvent(ipamv1alpha1.ClaimReadyIdentityInUseReason))
 }
 
 // holders lists the other claims that hold or are registering the address of hostKey.
@@ -175,9 +172,8 @@ func (h *Handler) checkShare(ctx context.Context, reg *record.Registration) *out
 	if err != nil || other == nil {
 		return outcomeOf(err)
 	}
-	o := failed(ipamv1alpha1.ClaimReadyAddressInUseReason, fmt.Sprintf("address %s in zone %s is bound to IPAddressClaim %s/%s; %s, "+
-		"or request another address", reg.Address, reg.Zone, other.Namespace, other.Name, h.shareHint()))
-	return &o
+	return stop(failed(ipamv1alpha1.ClaimReadyAddressInUseReason, fmt.Sprintf("address %s in zone %s is bound to IPAddressClaim %s/%s; %s, "+
+		"or request another address", reg.Address, reg.Zone, other.Namespace, other.Name, h.shareHint())))
 }
 
 // unconsenting is another claim, in the cluster or registering in this process now, that
@@ -221,11 +217,10 @@ func (h *Handler) heldForUs(ctx context.Context, reg *record.Registration) *outc
 	if err != nil || other == nil {
 		return outcomeOf(err)
 	}
-	o := failed(ipamv1alpha1.ClaimReadyAddressInUseReason, fmt.Sprintf("the IPAM-API answered with %s, which it already held for "+
+	return stop(failed(ipamv1alpha1.ClaimReadyAddressInUseReason, fmt.Sprintf("the IPAM-API answered with %s, which it already held for "+
 		"this claim's identity (kept for it after an earlier claim with this identity was released, say), but IPAddressClaim %s/%s "+
 		"is bound to it; %s. This claim keeps the registration and binds %s once %s/%s lets it go", reg.Address, other.Namespace,
-		other.Name, h.shareHint(), reg.Address, other.Namespace, other.Name))
-	return &o
+		other.Name, h.shareHint(), reg.Address, other.Namespace, other.Name)))
 }
 
 // outcomeOf is nil for no error, else the transient outcome.
@@ -233,8 +228,7 @@ func outcomeOf(err error) *outcome {
 	if err == nil {
 		return nil
 	}
-	o := transient(err)
-	return &o
+	return stop(transient(err))
 }
 
 // shared is a bound claim's AddressShared condition: who else holds its address, and consent.

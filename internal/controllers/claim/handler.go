@@ -106,8 +106,7 @@ func (h *Handler) fetchPool(ctx context.Context) (ipamv1alpha1.Pool, error) {
 func (h *Handler) claimRecord() (*record.Registration, *outcome) {
 	reg, err := record.OnClaim(h.claim.Annotations)
 	if err != nil {
-		o := failed(ipamv1.IPAddressClaimReadyAllocationFailedReason, err.Error()+"; remove the annotation to start over").final()
-		return nil, &o
+		return nil, stop(failed(ipamv1.IPAddressClaimReadyAllocationFailedReason, err.Error()+"; remove the annotation to start over").final())
 	}
 	return reg, nil
 }

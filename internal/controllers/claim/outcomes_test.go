@@ -272,15 +272,32 @@ func TestSecretNotProtectedYet(t *testing.T) {
 		_, err = api.Register(w.ctx, ipamapi.Request{Secret: "old-secret-value-1", Zone: "hnet-private", Family: ipamapi.FamilyIPv4,
 			Address: "10.50.0.2/32", Identity: ipamapi.Identity{ServiceName: "elsewhere", NamespaceID: "x", ClusterID: "y"}})
 		must(t, err)
+		// The second, under another value: the IPAM-API refuses it to the claim.
+		_, err = api.Register(w.ctx, ipamapi.Request{Secret: "another-value-3", Zone: "hnet-private", Family: ipamapi.FamilyIPv4,
+			Address: "10.50.0.3/32", Identity: ipamapi.Identity{ServiceName: "elsewhere", NamespaceID: "x", ClusterID: "y"}})
+		must(t, err)
 		w.create(claimObj("c", "subnet", map[string]string{ipamv1alpha1.SecretAnnotation: "old"}))
-		w.settle()
-		addr := w.addressOf("c")
-		if addr == nil || addr.Spec.Address == "10.50.0.2" {
-			t.Fatalf("the claim is bound to %v, want another address than the one held elsewhere:\n%s", addr, w.describe())
+		// One registration per reconcile: .2 is given back, .3 skipped, .4 bound, each
+		// candidate recorded before it is sent.
+		for range 20 {
+			before := w.api.Stats().Total(sim.RouteRegister)
+			w.pass()
+			if n := w.api.Stats().Total(sim.RouteRegister) - before; n > 1 {
+				t.Fatalf("one reconcile sent %d registrations, want one at most:\n%s", n, w.describe())
+			}
 		}
-		for _, h := range w.api.Holders("10.50.0.2/32") {
-			if h.ServiceName != "elsewhere" && h.State == sim.HoldLive {
-				t.Errorf("10.50.0.2 is held by %+v too, want its owner alone", h)
+		addr := w.addressOf("c")
+		if addr == nil || addr.Spec.Address != "10.50.0.4" {
+			t.Fatalf("the claim is bound to %v, want 10.50.0.4, the first address not held elsewhere:\n%s", addr, w.describe())
+		}
+		if n := w.api.Stats().Total(sim.RouteRegister); n != 2+3 {
+			t.Errorf("%d registrations, want 2 made by the test and one per candidate (3)", n)
+		}
+		for _, a := range []string{"10.50.0.2/32", "10.50.0.3/32"} {
+			for _, h := range w.api.Holders(a) {
+				if h.ServiceName != "elsewhere" && h.State == sim.HoldLive {
+					t.Errorf("%s is held by %+v too, want its owner alone", a, h)
+				}
 			}
 		}
 		w.check()

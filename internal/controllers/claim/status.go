@@ -66,6 +66,9 @@ type waitError struct {
 
 func (e waitError) Unwrap() error { return e.error }
 
+// stop is an outcome that ends the step it came from (nil: the step goes on).
+func stop(o outcome) *outcome { return &o }
+
 func (o outcome) withEvent(reason string) outcome { o.event = reason; return o }
 func (o outcome) final() outcome                  { o.terminal = true; return o }
 func (o outcome) retryIn(d time.Duration) outcome { o.retry = max(d, time.Millisecond); return o }

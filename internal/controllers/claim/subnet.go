@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pkg/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
@@ -22,9 +23,6 @@ import (
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/subnet"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi"
 )
-
-// candidatesPerReconcile bounds how many taken candidates one reconcile skips.
-const candidatesPerReconcile = 16
 
 // subnetState is what this process knows of subnet-mode pools: candidates being registered,
 // addresses found held elsewhere (skipped for a while), and, from the cache's events, the
@@ -190,123 +188,59 @@ func subnetKey(endpoint, zone string) string {
 	return ipamapi.NormalizeEndpoint(endpoint) + "|" + zone
 }
 
-// allocateInSubnet registers a host address of the pool's subnet: the one the user asked for,
-// or candidates picked in order, each recorded on the claim before it is sent. A candidate
-// someone else holds is skipped; only one the IPAM-API registered anew is bound.
-func (h *Handler) allocateInSubnet(ctx context.Context, address *ipamv1.IPAddress, reg *record.Registration) outcome {
-	spec := h.pool.PoolSpec()
-	plan, err := subnet.New(spec.Subnet, spec.Gateway, spec.ExcludedAddresses)
-	if err != nil {
-		return failed(ipamv1.IPAddressClaimReadyPoolNotReadyReason, err.Error()+"; fix the pool's spec.subnet").final()
-	}
-	if reg.Address != "" && !reg.Candidate {
-		if a, err := ipamapi.ParseHost(reg.Address); err != nil || !plan.Usable(a) {
-			return asOutcome(invalidAnnotation(ipamv1alpha1.AddressesAnnotation, "%s is not a usable address of subnet %s "+
-				"(network, broadcast, gateway and excluded addresses are not)", reg.Address, spec.Subnet))
-		}
-		if o := h.checkShare(ctx, reg); o != nil {
-			return *o
-		}
-	}
-	api, sec, o := h.connect(ctx, reg)
-	if o != nil {
-		return *o
-	}
-	key := subnetKey(reg.Endpoint, reg.Zone)
-	if reg.Declined {
-		if o := h.decline(ctx, api, sec, reg, key); o != nil {
-			return *o
-		}
-	}
-
+// pick makes the lowest address of the subnet that nothing names, and no other claim
+// of this process is registering, the claim's candidate; none left: PoolExhausted.
+func (h *Handler) pick(ctx context.Context, plan *subnet.Plan, reg *record.Registration) *outcome {
 	skip := map[netip.Addr]bool{} // reserved by another claim of this process just now
-	for range candidatesPerReconcile {
-		if reg.Address == "" {
-			cand, ok := h.pickCandidate(plan, key, skip)
-			if !ok {
-				if err := h.setRecordIfAny(ctx, reg); err != nil {
-					return transient(err)
-				}
-				return failed(ipamv1.IPAddressClaimReadyPoolExhaustedReason, fmt.Sprintf("subnet %s of %s %s has no free address: every usable "+
-					"address is in use, excluded or held elsewhere; the claim binds when one frees up", spec.Subnet, h.claim.Spec.PoolRef.Kind, h.pool.GetName()))
+	for {
+		cand, ok := h.subnets.next(plan, subnetKey(reg.Endpoint, reg.Zone), poolKey(h.claim.Spec.PoolRef, h.claim.Namespace), h.claim.UID, skip)
+		if !ok {
+			if err := h.setRecordIfAny(ctx, reg); err != nil {
+				return stop(transient(err))
 			}
-			reg.Address, reg.Candidate, reg.Attempt = netip.PrefixFrom(cand, cand.BitLen()).String(), true, time.Time{}
-			// Another claim of this process may be registering it, its record not cached yet.
-			if _, ok := h.InFlight.ReserveAddress(ctx, reg.HostKey(), "", h.claim); !ok {
-				skip[cand], reg.Address = true, ""
-				continue
-			}
+			return stop(failed(ipamv1.IPAddressClaimReadyPoolExhaustedReason, fmt.Sprintf("subnet %s of %s %s has no free address: every "+
+				"usable address is in use, excluded or held elsewhere; the claim binds when one frees up", h.pool.PoolSpec().Subnet,
+				h.claim.Spec.PoolRef.Kind, h.pool.GetName())))
 		}
-		if o := h.checkIdentityFree(ctx, reg); o != nil {
-			return *o
+		reg.Address, reg.Candidate, reg.Attempt = netip.PrefixFrom(cand, cand.BitLen()).String(), true, time.Time{}
+		// Another claim of this process may be registering it, its record not cached yet.
+		if _, ok := h.InFlight.ReserveAddress(ctx, reg.HostKey(), "", h.claim); ok {
+			return nil
 		}
-		if left := h.mayStillBeInFlight(reg); left > 0 {
-			return failed(ipamv1.IPAddressClaimReadyAllocationFailedReason, fmt.Sprintf("an earlier registration of %s may still be in "+
-				"flight in the IPAM-API; the next is sent after %s", reg.Address, h.after(left))).retryIn(left)
-		}
-		s, stop := h.send(ctx, api, sec, reg)
-		if stop != nil {
-			return *stop
-		}
-		res, err, firstAttempt := s.res, s.err, s.firstAttempt
-		cand, _ := ipamapi.ParseHost(reg.Address)
-		switch {
-		case err == nil && res.Updated() && reg.Candidate && !h.wasBound():
-			// Held already, by another holder of the same secret or by this claim after a lost
-			// answer; nothing tells which. Two nodes must never share an address: give it back (a
-			// lost answer costs a candidate), unless this claim was bound to it (IPAddress lost).
-			if o := h.decline(ctx, api, sec, reg, key); o != nil {
-				return *o
-			}
-		case err == nil:
-			// The pick stays until the IPAddress is in the cache (see bound).
-			return h.registered(ctx, address, reg, res)
-		case ipamapi.ClassOf(err) == ipamapi.ClassWrongSecret && reg.Candidate:
-			h.subnets.markTaken(key, cand)
-			reg.Address, reg.Attempt = "", time.Time{}
-		case ipamapi.ClassOf(err) == ipamapi.ClassNotInZone && reg.Candidate:
-			// A pool error, shown on the pool too.
-			return h.refuse(ctx, failed(ipamv1alpha1.ClaimReadySubnetOutsideZoneReason, fmt.Sprintf("the IPAM-API says %s of subnet %s "+
-				"is not in zone %s: the pool's subnet lies outside its zone; fix spec.subnet or spec.zone of %s %s", reg.Address, spec.Subnet,
-				reg.Zone, h.claim.Spec.PoolRef.Kind, h.pool.GetName())), valueKey(reg.Secret, sec, nil), reg, true)
-		default:
-			return h.registerFailed(ctx, reg, sec, err, firstAttempt)
-		}
+		skip[cand], reg.Address = true, ""
 	}
-	if err := h.setRecordIfAny(ctx, reg); err != nil {
-		return transient(err)
-	}
-	return failed(ipamv1.IPAddressClaimReadyAllocationFailedReason,
-		fmt.Sprintf("the first %d candidates of subnet %s were held elsewhere; trying the next ones", candidatesPerReconcile, spec.Subnet))
 }
 
-// decline releases this claim's hold on a candidate someone else holds, and moves on.
-func (h *Handler) decline(ctx context.Context, api ipamapi.Client, sec *registrar.Secret, reg *record.Registration, key string) *outcome {
+// decline gives back a candidate someone else holds (Declined is recorded first: after a
+// restart it is given back, never accepted), then skips it.
+func (h *Handler) decline(ctx context.Context, api ipamapi.Client, sec *registrar.Secret, reg *record.Registration) outcome {
 	if !reg.Declined {
-		// Saved before the release: after a restart it is given back, never accepted.
 		reg.Declined = true
 		if err := h.writeRecord(ctx, reg, nil); err != nil {
-			o := transient(err)
-			return &o
+			return transient(err)
 		}
 	}
 	req := reg.Request(sec.Value)
 	req.RetentionPeriodDays = 0
 	if _, err := api.Release(ctx, req); err != nil && !ipamapi.IsNotHeld(err) {
-		// The record keeps Declined: the next reconcile gives it back before anything else.
-		o := failed(ipamv1.IPAddressClaimReadyAllocationFailedReason, fmt.Sprintf("giving back %s, which someone else holds, failed: %v; "+
+		return failed(ipamv1.IPAddressClaimReadyAllocationFailedReason, fmt.Sprintf("giving back %s, which someone else holds, failed: %v; "+
 			"retrying with back-off", reg.Address, err))
-		return &o
 	}
-	cand, _ := ipamapi.ParseHost(reg.Address)
-	h.subnets.markTaken(key, cand)
-	reg.Address, reg.Attempt, reg.Declined = "", time.Time{}, false
-	return nil
+	return h.skip(ctx, reg)
 }
 
-// pickCandidate picks the claim's next candidate (subnetState.next).
-func (h *Handler) pickCandidate(plan *subnet.Plan, key string, skip map[netip.Addr]bool) (netip.Addr, bool) {
-	return h.subnets.next(plan, key, poolKey(h.claim.Spec.PoolRef, h.claim.Namespace), h.claim.UID, skip)
+// skip drops a candidate held elsewhere from the record, and from the picks for a while;
+// the claim comes back at once for the next one.
+func (h *Handler) skip(ctx context.Context, reg *record.Registration) outcome {
+	taken := reg.Address
+	if a, err := ipamapi.ParseHost(taken); err == nil {
+		h.subnets.markTaken(subnetKey(reg.Endpoint, reg.Zone), a)
+	}
+	reg.Address, reg.Attempt, reg.Declined = "", time.Time{}, false
+	if err := h.setRecordIfAny(ctx, reg); err != nil {
+		return transient(err)
+	}
+	return transient(errors.Errorf("%s is held elsewhere in zone %s; the next address is tried", taken, reg.Zone)).retryIn(time.Millisecond)
 }
 
 // setRecordIfAny writes the claim's record now, or removes it when it names nothing.

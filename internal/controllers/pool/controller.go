@@ -168,8 +168,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if err := r.finishSubnetProbe(ctx, pool); err != nil {
-		return ctrl.Result{}, err
+	if wait, err := r.finishSubnetProbe(ctx, pool); err != nil || wait > 0 {
+		return ctrl.Result{RequeueAfter: wait}, err
 	}
 	p := r.readiness(ctx, req.NamespacedName, pool)
 	r.compute(pool, facts, p.result)

@@ -41,7 +41,7 @@ func (r *Reconciler) checkSubnet(ctx context.Context, pool ipamv1alpha1.Pool, t 
 	probe := *reg
 	probe.Address = netip.PrefixFrom(prefix.Masked().Addr(), prefix.Addr().BitLen()).String()
 	probe.Identity.ServiceName, probe.Identity.NamespaceID = subnetProbeServiceName, string(pool.GetUID())
-	probe.RetentionPeriodDays = 0
+	probe.RetentionPeriodDays, probe.Attempt = 0, r.InFlight.AttemptTime()
 	if err := r.setProbe(ctx, pool, &probe); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Not checking the pool's subnet against its zone")
 		return nil, false
@@ -66,30 +66,38 @@ func (r *Reconciler) checkSubnet(ctx context.Context, pool ipamv1alpha1.Pool, t 
 
 // probeRecord is what SubnetProbeAnnotation holds: the address and the identity it was
 // registered under (recorded, as the pool's UID and the cluster's change with
-// clusterctl move).
+// clusterctl move), and when the registration was sent (zero: not known, and not
+// waited for).
 type probeRecord struct {
 	Address  string           `json:"address"`
 	Identity ipamapi.Identity `json:"identity"`
+	Attempt  time.Time        `json:"attempt,omitzero"`
 }
 
 // finishSubnetProbe releases the address of a subnet check that was cut short (the
-// record is still on the pool) and takes the record off.
-func (r *Reconciler) finishSubnetProbe(ctx context.Context, pool ipamv1alpha1.Pool) error {
+// record is still on the pool) and takes the record off, once its registration can no
+// longer be carried out (wait: come back then): a release that overtook it would leave
+// the address registered for good.
+func (r *Reconciler) finishSubnetProbe(ctx context.Context, pool ipamv1alpha1.Pool) (wait time.Duration, err error) {
 	value, ok := pool.GetAnnotations()[ipamv1alpha1.SubnetProbeAnnotation]
 	if !ok {
-		return nil
+		return 0, nil
 	}
 	var rec probeRecord
 	if err := json.Unmarshal([]byte(value), &rec); err != nil || rec.Address == "" {
-		return r.setProbe(ctx, pool, nil) // not the provider's: nothing it registered
+		return 0, r.setProbe(ctx, pool, nil) // not the provider's: nothing it registered
 	}
 	t, fail := r.target(ctx, pool)
 	if fail != nil {
-		return errors.Errorf("finishing the pool's subnet check: %s", fail.message)
+		return 0, errors.Errorf("finishing the pool's subnet check: %s", fail.message)
 	}
 	reg := &t.reg
-	reg.Address, reg.Identity, reg.RetentionPeriodDays = rec.Address, rec.Identity, 0
-	return r.releaseProbe(ctx, pool, t.api, reg, t.secret)
+	reg.Address, reg.Identity, reg.RetentionPeriodDays, reg.Attempt = rec.Address, rec.Identity, 0, rec.Attempt
+	if wait := r.InFlight.MayStillBeInFlight(pool.GetUID(), reg); wait > 0 {
+		ctrl.LoggerFrom(ctx).V(1).Info("The pool's subnet check may still be carried out; releasing its address later", "address", reg.Address, "after", wait)
+		return wait, nil
+	}
+	return 0, r.releaseProbe(ctx, pool, t.api, reg, t.secret)
 }
 
 // releaseProbe gives the probe's address back (not held: given back already) and
@@ -108,7 +116,7 @@ func (r *Reconciler) releaseProbe(ctx context.Context, pool ipamv1alpha1.Pool, a
 func (r *Reconciler) setProbe(ctx context.Context, pool ipamv1alpha1.Pool, probe *record.Registration) error {
 	value := ""
 	if probe != nil {
-		b, err := json.Marshal(probeRecord{Address: probe.Address, Identity: probe.Identity})
+		b, err := json.Marshal(probeRecord{Address: probe.Address, Identity: probe.Identity, Attempt: probe.Attempt})
 		if err != nil {
 			return err
 		}

@@ -210,13 +210,13 @@ func (p *Protector) wakeWaiting(ctx context.Context, secret types.NamespacedName
 	if len(keys) == 0 || p.Wake == nil {
 		return nil
 	}
-	claims := &ipamv1.IPAddressClaimList{}
-	if err := p.Client.List(ctx, claims, client.MatchingFields{index.ClaimSecret: secret.String()}, client.UnsafeDisableDeepCopy); err != nil {
-		return errors.Wrap(err, "listing the claims that wait for the Secret")
+	claims, err := p.claimsNaming(ctx, secret)
+	if err != nil {
+		return err
 	}
 	var woken []types.NamespacedName
-	for i := range claims.Items {
-		c := &claims.Items[i]
+	for i := range claims {
+		c := &claims[i]
 		reg, err := record.OnClaim(c.Annotations)
 		if err == nil && reg != nil && reg.Attempt.IsZero() && c.Status.AddressRef.Name == "" &&
 			reg.Secret.ObjectKey() == secret && slices.Contains(keys, reg.Secret.Key) {
@@ -243,22 +243,32 @@ func (p *Protector) valueChanged(ctx context.Context, secret types.NamespacedNam
 	if !p.Secrets.Protected.SetChanged(secret, changed, protected) || p.Wake == nil {
 		return nil
 	}
-	claims := &ipamv1.IPAddressClaimList{}
-	if err := p.Client.List(ctx, claims, client.MatchingFields{index.ClaimSecret: secret.String()}, client.UnsafeDisableDeepCopy); err != nil {
-		return errors.Wrap(err, "listing the claims that record the Secret")
+	claims, err := p.claimsNaming(ctx, secret)
+	if err != nil {
+		return err
 	}
 	addrs := &ipamv1.IPAddressList{}
 	if err := p.Client.List(ctx, addrs, client.MatchingFields{index.AddressSecret: secret.String()}, client.UnsafeDisableDeepCopy); err != nil {
 		return errors.Wrap(err, "listing the IPAddresses that record the Secret")
 	}
 	woken := map[types.NamespacedName]bool{}
-	for _, c := range claims.Items {
+	for _, c := range claims {
 		woken[client.ObjectKeyFromObject(&c)] = true
 	}
 	for _, a := range addrs.Items {
 		woken[client.ObjectKeyFromObject(&a)] = true // named like its claim
 	}
 	return registrar.WakeKeys(ctx, p.Wake, slices.Collect(maps.Keys(woken)))
+}
+
+// claimsNaming lists the claims whose records name the Secret (copies the cache shares:
+// read them only).
+func (p *Protector) claimsNaming(ctx context.Context, secret types.NamespacedName) ([]ipamv1.IPAddressClaim, error) {
+	claims := &ipamv1.IPAddressClaimList{}
+	if err := p.Client.List(ctx, claims, client.MatchingFields{index.ClaimSecret: secret.String()}, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, errors.Wrap(err, "listing the claims that record the Secret")
+	}
+	return claims.Items, nil
 }
 
 // protect makes the Secret's protection what its pools and records need; it returns the Secret
