@@ -26,7 +26,7 @@ import (
 // at any point finds it, waits out a request that may still be in flight, and sends the
 // same registration again (the IPAM-API answers with the same address) or releases it on
 // deletion. One reconcile sends one registration: a candidate held elsewhere is given
-// back or skipped, and the claim comes back at once for the next.
+// back or skipped, and the claim comes back for the next (skip).
 func (h *Handler) allocate(ctx context.Context, address *ipamv1.IPAddress) outcome {
 	reg, bad := h.claimRecord()
 	if bad != nil {

@@ -229,8 +229,9 @@ func (h *Handler) decline(ctx context.Context, api ipamapi.Client, sec *registra
 	return h.skip(ctx, reg)
 }
 
-// skip drops a candidate held elsewhere from the record, and from the picks for a while;
-// the claim comes back at once for the next one.
+// skip drops a candidate held elsewhere from the record, and from every claim's picks of
+// the zone for a while; the claim comes back for the next one after backoffBase, so a
+// subnet held elsewhere throughout costs each claim at most four requests a second.
 func (h *Handler) skip(ctx context.Context, reg *record.Registration) outcome {
 	taken := reg.Address
 	if a, err := ipamapi.ParseHost(taken); err == nil {
@@ -240,7 +241,7 @@ func (h *Handler) skip(ctx context.Context, reg *record.Registration) outcome {
 	if err := h.setRecordIfAny(ctx, reg); err != nil {
 		return transient(err)
 	}
-	return transient(errors.Errorf("%s is held elsewhere in zone %s; the next address is tried", taken, reg.Zone)).retryIn(time.Millisecond)
+	return transient(errors.Errorf("%s is held elsewhere in zone %s; the next address is tried", taken, reg.Zone)).retryIn(backoffBase)
 }
 
 // setRecordIfAny writes the claim's record now, or removes it when it names nothing.
