@@ -117,8 +117,8 @@ const DescriptionAnnotation = annotationPrefix + "description"
 
 // SubnetProbeAnnotation on a subnet-mode pool holds, while the pool's subnet is checked
 // against its zone, the address registered for the check (the subnet's first
-// address) and the identity it is registered under, as JSON: written before the
-// request, taken off once the address is released again, so a check cut short is
-// finished by the next reconcile. The pool webhook refuses to delete a pool while it is
-// there.
+// address), the identity it is registered under and when the request was sent, as
+// JSON: written before the request, taken off once the address is released again, so a
+// check cut short is finished by the next reconcile, once its request can no longer be
+// carried out. The pool webhook refuses to delete a pool while it is there.
 const SubnetProbeAnnotation = annotationPrefix + "subnet-probe"

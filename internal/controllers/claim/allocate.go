@@ -62,12 +62,16 @@ func (h *Handler) allocate(ctx context.Context, address *ipamv1.IPAddress) outco
 		return *o
 	}
 	// Two requests of one identity without an address in flight at once would each
-	// allocate one; a candidate must not meet an earlier one of the identity either. A
-	// claim that was bound had its request answered.
+	// allocate one; in subnet mode, an address must not meet an earlier request of the
+	// identity for another one either. A claim that was bound had its request answered.
 	if reg.Address == "" || inSubnet {
 		if left := h.mayStillBeInFlight(reg); left > 0 {
-			return failed(ipamv1.IPAddressClaimReadyAllocationFailedReason, fmt.Sprintf("an earlier registration of %s may still be in "+
-				"flight in the IPAM-API; the next is sent after %s", orPending(reg.Address), h.after(left))).retryIn(left)
+			what := "request"
+			if reg.Address != "" {
+				what = "of " + reg.Address
+			}
+			return failed(ipamv1.IPAddressClaimReadyAllocationFailedReason, fmt.Sprintf("an earlier registration %s may still be in "+
+				"flight in the IPAM-API; the next is sent after %s", what, h.after(left))).retryIn(left)
 		}
 	}
 	if api == nil {
@@ -102,7 +106,8 @@ func (h *Handler) allocate(ctx context.Context, address *ipamv1.IPAddress) outco
 
 // subnetCandidate readies a subnet-mode registration: the address the user asked for must be
 // usable in the subnet; a candidate being given back is given back (which needs the IPAM-API
-// client and the Secret, resolved here), and without an address the next one is picked.
+// client and the Secret, resolved here: nil for an address the user asked for), and without
+// an address the next one is picked.
 func (h *Handler) subnetCandidate(ctx context.Context, reg *record.Registration) (ipamapi.Client, *registrar.Secret, *outcome) {
 	spec := h.pool.PoolSpec()
 	plan, err := subnet.New(spec.Subnet, spec.Gateway, spec.ExcludedAddresses)
@@ -110,10 +115,12 @@ func (h *Handler) subnetCandidate(ctx context.Context, reg *record.Registration)
 		return nil, nil, stop(failed(ipamv1.IPAddressClaimReadyPoolNotReadyReason, err.Error()+"; fix the pool's spec.subnet").final())
 	}
 	if reg.Address != "" && !reg.Candidate {
+		// Asked for by the user: checked as in routed mode, then sent.
 		if a, err := ipamapi.ParseHost(reg.Address); err != nil || !plan.Usable(a) {
 			return nil, nil, stop(asOutcome(invalidAnnotation(ipamv1alpha1.AddressesAnnotation, "%s is not a usable address of subnet %s "+
 				"(network, broadcast, gateway and excluded addresses are not)", reg.Address, spec.Subnet)))
 		}
+		return nil, nil, nil
 	}
 	api, sec, o := h.connect(ctx, reg)
 	switch {

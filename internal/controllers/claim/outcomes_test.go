@@ -1,6 +1,7 @@
 package claim_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -302,4 +303,39 @@ func TestSecretNotProtectedYet(t *testing.T) {
 		}
 		w.check()
 	})
+}
+
+// A claim skips candidates held elsewhere quietly, one registration a reconcile and a
+// quarter of a second apart, for 16 in a row; then it says so and backs off like any
+// failing claim, so a subnet held elsewhere throughout never hot-loops.
+func TestASubnetHeldElsewhereIsSkippedThenBackedOffFrom(t *testing.T) {
+	w := newWorld(t)
+	pools(w)
+	w.create(&ipamv1alpha1.VitistackIPPool{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "big"},
+		Spec: ipamv1alpha1.VitistackIPPoolSpec{Zone: "hnet-private", IPFamily: ipamv1alpha1.IPv4, Subnet: "10.51.0.0/26", Gateway: "10.51.0.1"}})
+	api, err := ipamapi.NewClient(w.url, ipamapi.Options{})
+	must(t, err)
+	for i := 2; i <= 18; i++ { // 17 addresses, under another value
+		_, err = api.Register(w.ctx, ipamapi.Request{Secret: "another-value-3", Zone: "hnet-private", Family: ipamapi.FamilyIPv4,
+			Address: fmt.Sprintf("10.51.0.%d/32", i), Identity: ipamapi.Identity{ServiceName: fmt.Sprintf("elsewhere-%d", i), NamespaceID: "x", ClusterID: "y"}})
+		must(t, err)
+	}
+	w.create(claimObj("c", "big", map[string]string{ipamv1alpha1.SecretAnnotation: "old"}))
+	w.settle() // protects the Secret; reconciles until the claim is bound
+	var quiet, backedOff int
+	for _, r := range w.results["apps/c"] {
+		switch {
+		case r.err == nil && r.after == 250*time.Millisecond:
+			quiet++
+		case r.err != nil && strings.Contains(r.err.Error(), "the last 16 or more candidates of subnet 10.51.0.0/26 were held elsewhere"):
+			backedOff++
+		}
+	}
+	if quiet != 16 || backedOff != 1 {
+		t.Errorf("%d quiet skips and %d backing off, want 16 and then 1:\n%+v", quiet, backedOff, w.results["apps/c"])
+	}
+	if addr := w.addressOf("c"); addr == nil || addr.Spec.Address != "10.51.0.19" {
+		t.Fatalf("the claim is bound to %v, want 10.51.0.19, the first address not held elsewhere:\n%s", addr, w.describe())
+	}
+	w.check()
 }

@@ -24,6 +24,10 @@ import (
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi"
 )
 
+// quietSkips is how many candidates held elsewhere a claim skips in a row, a quarter of
+// a second apart and without a condition, before it backs off.
+const quietSkips = 16
+
 // subnetState is what this process knows of subnet-mode pools: candidates being registered,
 // addresses found held elsewhere (skipped for a while), and, from the cache's events, the
 // addresses each pool's IPAddresses and claim records name, so a pick never lists the pool.
@@ -32,6 +36,7 @@ type subnetState struct {
 	mu      sync.Mutex
 	picked  map[string]map[netip.Addr]types.UID // zone key -> candidate -> claim
 	takenAt map[string]map[netip.Addr]time.Time // zone key -> address -> when found taken
+	skips   map[types.UID]int                   // claim -> candidates skipped in a row
 	// used counts, per poolKey, the objects naming each address; named is what each one names.
 	used  map[string]map[netip.Addr]int
 	named map[types.UID]occupant
@@ -122,10 +127,22 @@ func (s *subnetState) window() time.Duration {
 	return s.recheck
 }
 
-// forget drops a claim's picks.
+// skipped counts one more candidate the claim skipped, and returns how many in a row.
+func (s *subnetState) skipped(uid types.UID) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.skips == nil {
+		s.skips = map[types.UID]int{}
+	}
+	s.skips[uid]++
+	return s.skips[uid]
+}
+
+// forget drops a claim's picks and its count of skips.
 func (s *subnetState) forget(uid types.UID) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	delete(s.skips, uid)
 	for key, m := range s.picked {
 		for a, u := range m {
 			if u == uid {
@@ -230,18 +247,24 @@ func (h *Handler) decline(ctx context.Context, api ipamapi.Client, sec *registra
 }
 
 // skip drops a candidate held elsewhere from the record, and from every claim's picks of
-// the zone for a while; the claim comes back for the next one after backoffBase, so a
-// subnet held elsewhere throughout costs each claim at most four requests a second.
+// the zone for a while. The claim comes back for the next one after backoffBase, quietly,
+// for its first quietSkips candidates in a row; after that it says so and backs off, as
+// any failing claim, so a subnet held elsewhere throughout never hot-loops.
 func (h *Handler) skip(ctx context.Context, reg *record.Registration) outcome {
 	taken := reg.Address
 	if a, err := ipamapi.ParseHost(taken); err == nil {
 		h.subnets.markTaken(subnetKey(reg.Endpoint, reg.Zone), a)
 	}
-	reg.Address, reg.Attempt, reg.Declined = "", time.Time{}, false
-	if err := h.setRecordIfAny(ctx, reg); err != nil {
+	// The record stays, without an address: it keeps the Secret protected for the next.
+	reg.Address, reg.Candidate, reg.Attempt, reg.Declined = "", false, time.Time{}, false
+	if err := h.writeRecord(ctx, reg, nil); err != nil {
 		return transient(err)
 	}
-	return transient(errors.Errorf("%s is held elsewhere in zone %s; the next address is tried", taken, reg.Zone)).retryIn(backoffBase)
+	if h.subnets.skipped(h.claim.UID) <= quietSkips {
+		return transient(errors.Errorf("%s is held elsewhere in zone %s; the next address is tried", taken, reg.Zone)).retryIn(backoffBase)
+	}
+	return failed(ipamv1.IPAddressClaimReadyAllocationFailedReason, fmt.Sprintf("the last %d or more candidates of subnet %s were held "+
+		"elsewhere in zone %s; the next ones are tried with back-off", quietSkips, h.pool.PoolSpec().Subnet, reg.Zone))
 }
 
 // setRecordIfAny writes the claim's record now, or removes it when it names nothing.
