@@ -305,37 +305,55 @@ func TestSecretNotProtectedYet(t *testing.T) {
 	})
 }
 
-// A claim skips candidates held elsewhere quietly, one registration a reconcile and a
-// quarter of a second apart, for 16 in a row; then it says so and backs off like any
-// failing claim, so a subnet held elsewhere throughout never hot-loops.
-func TestASubnetHeldElsewhereIsSkippedThenBackedOffFrom(t *testing.T) {
+// A claim skips candidates held elsewhere one registration a reconcile, each address of
+// the zone once per --subnet-recheck-interval: past a block held elsewhere it binds the
+// first free address, and a subnet held elsewhere throughout ends in PoolExhausted, with
+// one request per address and none after, not in a loop.
+func TestASubnetHeldElsewhereIsTriedOnceAnAddress(t *testing.T) {
 	w := newWorld(t)
 	pools(w)
-	w.create(&ipamv1alpha1.VitistackIPPool{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "big"},
-		Spec: ipamv1alpha1.VitistackIPPoolSpec{Zone: "hnet-private", IPFamily: ipamv1alpha1.IPv4, Subnet: "10.51.0.0/26", Gateway: "10.51.0.1"}})
 	api, err := ipamapi.NewClient(w.url, ipamapi.Options{})
 	must(t, err)
-	for i := 2; i <= 18; i++ { // 17 addresses, under another value
+	holdElsewhere := func(addr string) {
 		_, err = api.Register(w.ctx, ipamapi.Request{Secret: "another-value-3", Zone: "hnet-private", Family: ipamapi.FamilyIPv4,
-			Address: fmt.Sprintf("10.51.0.%d/32", i), Identity: ipamapi.Identity{ServiceName: fmt.Sprintf("elsewhere-%d", i), NamespaceID: "x", ClusterID: "y"}})
+			Address: addr, Identity: ipamapi.Identity{ServiceName: "elsewhere-" + addr, NamespaceID: "x", ClusterID: "y"}})
 		must(t, err)
 	}
+	registrations := func() int { return w.api.Stats().Total(sim.RouteRegister) }
+	w.create(&ipamv1alpha1.VitistackIPPool{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "big"},
+		Spec: ipamv1alpha1.VitistackIPPoolSpec{Zone: "hnet-private", IPFamily: ipamv1alpha1.IPv4, Subnet: "10.51.0.0/26", Gateway: "10.51.0.1"}})
+	for i := 2; i <= 21; i++ { // 20 addresses
+		holdElsewhere(fmt.Sprintf("10.51.0.%d/32", i))
+	}
+	before := registrations()
 	w.create(claimObj("c", "big", map[string]string{ipamv1alpha1.SecretAnnotation: "old"}))
-	w.settle() // protects the Secret; reconciles until the claim is bound
-	var quiet, backedOff int
-	for _, r := range w.results["apps/c"] {
-		switch {
-		case r.err == nil && r.after == 250*time.Millisecond:
-			quiet++
-		case r.err != nil && strings.Contains(r.err.Error(), "the last 16 or more candidates of subnet 10.51.0.0/26 were held elsewhere"):
-			backedOff++
-		}
+	w.settle()
+	if addr := w.addressOf("c"); addr == nil || addr.Spec.Address != "10.51.0.22" {
+		t.Fatalf("the claim is bound to %v, want 10.51.0.22, the first address not held elsewhere:\n%s", addr, w.describe())
 	}
-	if quiet != 16 || backedOff != 1 {
-		t.Errorf("%d quiet skips and %d backing off, want 16 and then 1:\n%+v", quiet, backedOff, w.results["apps/c"])
+	if n := registrations() - before; n != 21 {
+		t.Errorf("%d registrations, want 21: each address held elsewhere once, and the one bound", n)
 	}
-	if addr := w.addressOf("c"); addr == nil || addr.Spec.Address != "10.51.0.19" {
-		t.Fatalf("the claim is bound to %v, want 10.51.0.19, the first address not held elsewhere:\n%s", addr, w.describe())
+
+	// The whole subnet held elsewhere (the gateway .49 aside, .50 to .62 usable).
+	w.create(&ipamv1alpha1.VitistackIPPool{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "held"},
+		Spec: ipamv1alpha1.VitistackIPPoolSpec{Zone: "hnet-private", IPFamily: ipamv1alpha1.IPv4, Subnet: "10.52.0.48/28", Gateway: "10.52.0.49"}})
+	for i := 50; i <= 62; i++ {
+		holdElsewhere(fmt.Sprintf("10.52.0.%d/32", i))
+	}
+	before = registrations()
+	w.create(claimObj("d", "held", map[string]string{ipamv1alpha1.SecretAnnotation: "old"}))
+	w.settle()
+	if c := readyOf(w.get(claimObj("d", "", nil)).(*ipamv1.IPAddressClaim)); c == nil || c.Reason != ipamv1.IPAddressClaimReadyPoolExhaustedReason {
+		t.Fatalf("the claim's Ready condition is %+v, want PoolExhausted:\n%s", c, w.describe())
+	}
+	if n := registrations() - before; n != 13 {
+		t.Errorf("%d registrations for a subnet of 13 addresses held elsewhere, want one each", n)
+	}
+	before = registrations()
+	w.run(5)
+	if n := registrations() - before; n != 0 {
+		t.Errorf("%d more registrations within --subnet-recheck-interval, want none", n)
 	}
 	w.check()
 }

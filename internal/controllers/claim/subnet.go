@@ -24,10 +24,6 @@ import (
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi"
 )
 
-// quietSkips is how many candidates held elsewhere a claim skips in a row, a quarter of
-// a second apart and without a condition, before it backs off.
-const quietSkips = 16
-
 // subnetState is what this process knows of subnet-mode pools: candidates being registered,
 // addresses found held elsewhere (skipped for a while), and, from the cache's events, the
 // addresses each pool's IPAddresses and claim records name, so a pick never lists the pool.
@@ -36,7 +32,6 @@ type subnetState struct {
 	mu      sync.Mutex
 	picked  map[string]map[netip.Addr]types.UID // zone key -> candidate -> claim
 	takenAt map[string]map[netip.Addr]time.Time // zone key -> address -> when found taken
-	skips   map[types.UID]int                   // claim -> candidates skipped in a row
 	// used counts, per poolKey, the objects naming each address; named is what each one names.
 	used  map[string]map[netip.Addr]int
 	named map[types.UID]occupant
@@ -127,22 +122,10 @@ func (s *subnetState) window() time.Duration {
 	return s.recheck
 }
 
-// skipped counts one more candidate the claim skipped, and returns how many in a row.
-func (s *subnetState) skipped(uid types.UID) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.skips == nil {
-		s.skips = map[types.UID]int{}
-	}
-	s.skips[uid]++
-	return s.skips[uid]
-}
-
-// forget drops a claim's picks and its count of skips.
+// forget drops a claim's picks.
 func (s *subnetState) forget(uid types.UID) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.skips, uid)
 	for key, m := range s.picked {
 		for a, u := range m {
 			if u == uid {
@@ -247,9 +230,9 @@ func (h *Handler) decline(ctx context.Context, api ipamapi.Client, sec *registra
 }
 
 // skip drops a candidate held elsewhere from the record, and from every claim's picks of
-// the zone for a while. The claim comes back for the next one after backoffBase, quietly,
-// for its first quietSkips candidates in a row; after that it says so and backs off, as
-// any failing claim, so a subnet held elsewhere throughout never hot-loops.
+// the zone for the subnet recheck window, and the claim comes back at once for the next.
+// So each address of a zone is tried at most once per window, whatever the number of
+// claims; once none is left to try, the claim says PoolExhausted and backs off.
 func (h *Handler) skip(ctx context.Context, reg *record.Registration) outcome {
 	taken := reg.Address
 	if a, err := ipamapi.ParseHost(taken); err == nil {
@@ -260,11 +243,7 @@ func (h *Handler) skip(ctx context.Context, reg *record.Registration) outcome {
 	if err := h.writeRecord(ctx, reg, nil); err != nil {
 		return transient(err)
 	}
-	if h.subnets.skipped(h.claim.UID) <= quietSkips {
-		return transient(errors.Errorf("%s is held elsewhere in zone %s; the next address is tried", taken, reg.Zone)).retryIn(backoffBase)
-	}
-	return failed(ipamv1.IPAddressClaimReadyAllocationFailedReason, fmt.Sprintf("the last %d or more candidates of subnet %s were held "+
-		"elsewhere in zone %s; the next ones are tried with back-off", quietSkips, h.pool.PoolSpec().Subnet, reg.Zone))
+	return transient(errors.Errorf("%s is held elsewhere in zone %s; the next address is tried", taken, reg.Zone)).retryIn(time.Millisecond)
 }
 
 // setRecordIfAny writes the claim's record now, or removes it when it names nothing.

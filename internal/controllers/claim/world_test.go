@@ -62,14 +62,6 @@ type world struct {
 	// (nil: not found) instead of what the API server has: a cache that has not caught
 	// up.
 	stale map[string]client.Object
-	// results is what each reconcile of a claim in pass returned, by namespace/name.
-	results map[string][]result
-}
-
-// result is what one reconcile returned.
-type result struct {
-	err   error
-	after time.Duration
 }
 
 // staleKey is the key of stale: the object's type and its namespaced name.
@@ -97,7 +89,7 @@ func init() { ctrl.SetLogger(logr.Discard()) }
 
 func newWorld(t *testing.T) *world {
 	t.Helper()
-	w := &world{t: t, ctx: ctrl.LoggerInto(context.Background(), ctrl.Log), api: sim.New(sim.Config{}), results: map[string][]result{}}
+	w := &world{t: t, ctx: ctrl.LoggerInto(context.Background(), ctrl.Log), api: sim.New(sim.Config{})}
 	srv := httptest.NewServer(w.api)
 	t.Cleanup(srv.Close)
 	w.url = srv.URL
@@ -295,12 +287,9 @@ func (w *world) pass() (failed bool) {
 	must(w.t, w.direct.List(w.ctx, claims))
 	for _, c := range claims.Items {
 		// A claim that waits comes back later: it has not settled either.
-		res, err := w.claims.Reconcile(w.ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&c)})
-		if err != nil || res.RequeueAfter > 0 {
+		if res, err := w.claims.Reconcile(w.ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&c)}); err != nil || res.RequeueAfter > 0 {
 			failed = true
 		}
-		key := client.ObjectKeyFromObject(&c).String()
-		w.results[key] = append(w.results[key], result{err: err, after: res.RequeueAfter})
 	}
 	secrets := &corev1.SecretList{}
 	must(w.t, w.direct.List(w.ctx, secrets))
