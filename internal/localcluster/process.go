@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -129,6 +130,27 @@ func freePorts(n int) ([]int, error) {
 	return ports, nil
 }
 
+// errPortTaken: a process ended because a port chosen for it was taken meanwhile.
+var errPortTaken = errors.New("a port chosen for it was taken before it could listen")
+
+// onFreePorts calls start (which starts a process on the ports it is given and waits
+// until it serves) with n ports that were free a moment ago. The kernel hands out the
+// same range for outgoing connections, so a port can be taken between the check and the
+// process's listen: when the process ends saying so, start runs again on new ports, up
+// to three times.
+func onFreePorts(n int, start func(ports []int) error) error {
+	for attempt := 1; ; attempt++ {
+		ports, err := freePorts(n)
+		if err != nil {
+			return err
+		}
+		err = start(ports)
+		if err == nil || !errors.Is(err, errPortTaken) || attempt == 3 {
+			return err
+		}
+	}
+}
+
 // waitFor calls check every 100 ms until it returns nil, the process ends or timeout.
 func waitFor(p *Process, timeout time.Duration, what string, check func() error) error {
 	deadline := time.Now().Add(timeout)
@@ -138,6 +160,9 @@ func waitFor(p *Process, timeout time.Duration, what string, check func() error)
 			return nil
 		}
 		if exited, perr := p.Exited(); exited {
+			if strings.Contains(p.Logs(), "address already in use") {
+				return errors.Wrapf(errPortTaken, "%s exited (%v) before %s; see %s", p.Name, perr, what, p.LogFile)
+			}
 			return errors.Errorf("%s exited (%v) before %s; see %s", p.Name, perr, what, p.LogFile)
 		}
 		if time.Now().After(deadline) {

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/pkg/errors"
@@ -78,31 +79,26 @@ func (c *ControlPlane) removeForeignConversions(ctx context.Context) error {
 	return nil
 }
 
-// serveWebhooksOnNewPort writes (once) the serving certificate and CA the manager's
-// webhook server uses, and picks a free port for the next manager: a new one each time,
-// since the last one may have been taken while no manager ran.
-func (c *ControlPlane) serveWebhooksOnNewPort() error {
-	if c.certDir == "" {
-		crt, key, err := certutil.GenerateSelfSignedCertKey("127.0.0.1", []net.IP{net.ParseIP("127.0.0.1")}, nil)
-		if err != nil {
-			return errors.Wrap(err, "generating the webhook serving certificate")
-		}
-		certDir := filepath.Join(c.Dir, "webhook-certs")
-		if err := os.MkdirAll(certDir, 0o700); err != nil {
-			return errors.Wrap(err, "creating the webhook certificate directory")
-		}
-		for name, data := range map[string][]byte{"tls.crt": crt, "tls.key": key} {
-			if err := os.WriteFile(filepath.Join(certDir, name), data, 0o600); err != nil {
-				return errors.Wrapf(err, "writing the webhook certificate's %s", name)
-			}
-		}
-		c.certDir, c.caBundle = certDir, crt
+// writeWebhookCert writes (once) the serving certificate and CA the managers' webhook
+// servers use.
+func (c *ControlPlane) writeWebhookCert() error {
+	if c.certDir != "" {
+		return nil
 	}
-	port, err := freePort()
+	crt, key, err := certutil.GenerateSelfSignedCertKey("127.0.0.1", []net.IP{net.ParseIP("127.0.0.1")}, nil)
 	if err != nil {
-		return err
+		return errors.Wrap(err, "generating the webhook serving certificate")
 	}
-	c.webhookPort = port
+	certDir := filepath.Join(c.Dir, "webhook-certs")
+	if err := os.MkdirAll(certDir, 0o700); err != nil {
+		return errors.Wrap(err, "creating the webhook certificate directory")
+	}
+	for name, data := range map[string][]byte{"tls.crt": crt, "tls.key": key} {
+		if err := os.WriteFile(filepath.Join(certDir, name), data, 0o600); err != nil {
+			return errors.Wrapf(err, "writing the webhook certificate's %s", name)
+		}
+	}
+	c.certDir, c.caBundle = certDir, crt
 	return nil
 }
 
@@ -206,7 +202,7 @@ type Manager struct {
 // manager is ready (webhooks served); it reconciles once it leads. Two may run at once,
 // as two replicas: the webhooks are routed to the last one started.
 func (c *ControlPlane) StartManager(ctx context.Context, also io.Writer, extra ...string) (*Manager, error) {
-	if err := c.serveWebhooksOnNewPort(); err != nil {
+	if err := c.writeWebhookCert(); err != nil {
 		return nil, err
 	}
 	dep := &appsv1.Deployment{}
@@ -232,37 +228,44 @@ func (c *ControlPlane) StartManager(ctx context.Context, also io.Writer, extra .
 	if err := clientcmd.WriteToFile(*KubeconfigFor(cfg, c.Name), kubeconfig); err != nil {
 		return nil, errors.Wrap(err, "writing the manager's kubeconfig")
 	}
-	ports, err := freePorts(2)
+	// Each manager serves its webhooks on a port of its own: the last one's may have
+	// been taken while no manager ran.
+	var m *Manager
+	err := onFreePorts(3, func(ports []int) error {
+		webhook, health, metrics := ports[0], ports[1], ports[2]
+		args := append(slices.Clone(args),
+			"--leader-elect-namespace="+manager.ProviderNamespace,
+			"--webhook-host=127.0.0.1", fmt.Sprintf("--webhook-port=%d", webhook), "--webhook-cert-dir="+c.certDir,
+			"--health-addr="+hostPort(health),
+			"--diagnostics-address="+hostPort(metrics), "--insecure-diagnostics")
+		args = append(args, extra...)
+		// One log per process: manager.log, manager-2.log, ...
+		c.managers++
+		name := "manager"
+		if c.managers > 1 {
+			name = fmt.Sprintf("manager-%d", c.managers)
+		}
+		proc, err := startProcess(c.Dir, name, also, []string{"KUBECONFIG=" + kubeconfig}, c.ManagerBinary, args...)
+		if err != nil {
+			return err
+		}
+		readyz := httpURL(health) + "/readyz"
+		if err := waitFor(proc, time.Minute, "ready answer on "+readyz, func() error { return httpOK(ctx, readyz) }); err != nil {
+			proc.Kill()
+			return err
+		}
+		c.webhookPort = webhook
+		if err := c.RouteWebhooks(ctx); err != nil {
+			proc.Kill()
+			return err
+		}
+		m = &Manager{Process: proc, MetricsURL: httpURL(metrics) + "/metrics", webhookPort: webhook}
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	health, metrics := ports[0], ports[1]
-	args = append(args,
-		"--leader-elect-namespace="+manager.ProviderNamespace,
-		"--webhook-host=127.0.0.1", fmt.Sprintf("--webhook-port=%d", c.webhookPort), "--webhook-cert-dir="+c.certDir,
-		"--health-addr="+hostPort(health),
-		"--diagnostics-address="+hostPort(metrics), "--insecure-diagnostics")
-	args = append(args, extra...)
-	// One log per process: manager.log, manager-2.log, ...
-	c.managers++
-	name := "manager"
-	if c.managers > 1 {
-		name = fmt.Sprintf("manager-%d", c.managers)
-	}
-	proc, err := startProcess(c.Dir, name, also, []string{"KUBECONFIG=" + kubeconfig}, c.ManagerBinary, args...)
-	if err != nil {
-		return nil, err
-	}
-	readyz := httpURL(health) + "/readyz"
-	if err := waitFor(proc, time.Minute, "ready answer on "+readyz, func() error { return httpOK(ctx, readyz) }); err != nil {
-		proc.Kill()
-		return nil, err
-	}
-	if err := c.RouteWebhooks(ctx); err != nil {
-		proc.Kill()
-		return nil, err
-	}
-	return &Manager{Process: proc, MetricsURL: httpURL(metrics) + "/metrics", webhookPort: c.webhookPort}, nil
+	return m, nil
 }
 
 // httpClient is for the local processes' plain HTTP endpoints; none takes long to answer.

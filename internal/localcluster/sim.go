@@ -22,22 +22,25 @@ type Sim struct {
 
 // StartSim starts the stand-in on free loopback ports, its log in dir.
 func StartSim(dir string, p Paths, also io.Writer, args ...string) (*Sim, error) {
-	ports, err := freePorts(2)
+	var s *Sim
+	err := onFreePorts(2, func(ports []int) error {
+		port, debug := ports[0], ports[1]
+		proc, err := startProcess(dir, "ipam-api-sim", also, nil, p.Sim,
+			append([]string{"--listen", hostPort(port), "--debug-listen", hostPort(debug)}, args...)...)
+		if err != nil {
+			return err
+		}
+		s = &Sim{Process: proc, URL: httpURL(port), DebugURL: httpURL(debug)}
+		if err := waitFor(proc, 30*time.Second, "answer on "+s.DebugURL, func() error {
+			_, err := s.Stats(context.Background())
+			return err
+		}); err != nil {
+			proc.Kill()
+			return err
+		}
+		return nil
+	})
 	if err != nil {
-		return nil, err
-	}
-	port, debug := ports[0], ports[1]
-	args = append([]string{"--listen", hostPort(port), "--debug-listen", hostPort(debug)}, args...)
-	proc, err := startProcess(dir, "ipam-api-sim", also, nil, p.Sim, args...)
-	if err != nil {
-		return nil, err
-	}
-	s := &Sim{Process: proc, URL: httpURL(port), DebugURL: httpURL(debug)}
-	if err := waitFor(proc, 30*time.Second, "answer on "+s.DebugURL, func() error {
-		_, err := s.Stats(context.Background())
-		return err
-	}); err != nil {
-		proc.Kill()
 		return nil, err
 	}
 	return s, nil
