@@ -46,24 +46,27 @@ func StartPrometheus(dir string, p Paths, rules []byte, targets ...string) (*Pro
 	if err := os.WriteFile(filepath.Join(dir, "prometheus.yaml"), []byte(config), 0o600); err != nil {
 		return nil, err
 	}
-	port, err := freePort()
+	var prom *Prometheus
+	err := onFreePorts(1, func(ports []int) error {
+		proc, err := startProcess(dir, "prometheus", nil, nil, p.Prometheus,
+			"--config.file="+filepath.Join(dir, "prometheus.yaml"), "--storage.tsdb.path="+filepath.Join(dir, "data"),
+			"--web.listen-address="+hostPort(ports[0]), "--log.level=warn")
+		if err != nil {
+			return err
+		}
+		client, err := api.NewClient(api.Config{Address: httpURL(ports[0])})
+		if err != nil {
+			proc.Stop()
+			return err
+		}
+		prom = &Prometheus{Process: proc, URL: httpURL(ports[0]), api: promv1.NewAPI(client)}
+		if err := waitFor(proc, time.Minute, "readiness", func() error { return httpOK(context.Background(), prom.URL+"/-/ready") }); err != nil {
+			proc.Stop()
+			return err
+		}
+		return nil
+	})
 	if err != nil {
-		return nil, err
-	}
-	proc, err := startProcess(dir, "prometheus", nil, nil, p.Prometheus,
-		"--config.file="+filepath.Join(dir, "prometheus.yaml"), "--storage.tsdb.path="+filepath.Join(dir, "data"),
-		"--web.listen-address="+hostPort(port), "--log.level=warn")
-	if err != nil {
-		return nil, err
-	}
-	client, err := api.NewClient(api.Config{Address: httpURL(port)})
-	if err != nil {
-		proc.Stop()
-		return nil, err
-	}
-	prom := &Prometheus{Process: proc, URL: httpURL(port), api: promv1.NewAPI(client)}
-	if err := waitFor(proc, time.Minute, "readiness", func() error { return httpOK(context.Background(), prom.URL+"/-/ready") }); err != nil {
-		proc.Stop()
 		return nil, err
 	}
 	return prom, nil
