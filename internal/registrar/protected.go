@@ -5,10 +5,7 @@ import (
 	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/record"
 )
@@ -20,8 +17,8 @@ import (
 // to use.
 type Protected struct {
 	// Ask takes the Secrets that claims wait for to the Secret protector; nil: nobody
-	// is asked (the protector is enqueued by records only). A send never blocks.
-	Ask chan event.GenericEvent
+	// is asked (the protector is enqueued by records only).
+	Ask *Queue
 
 	mu   sync.Mutex
 	keys map[types.NamespacedName]map[string]bool
@@ -46,22 +43,18 @@ func (p *Protected) Has(ref record.ObjectRef) bool {
 }
 
 // AskFor asks the protector to look at a Secret that a claim waits for, once a second
-// at most whoever waits. An ask that finds Ask full is dropped: the next one gets
+// at most whoever waits. An ask before the protector runs is dropped: the next one gets
 // through.
 func (p *Protected) AskFor(secret types.NamespacedName) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.Ask == nil || time.Since(p.asked[secret]) < askAgain {
+	if p.Ask == nil || time.Since(p.asked[secret]) < askAgain || !p.Ask.Add(secret) {
 		return
 	}
-	select {
-	case p.Ask <- event.GenericEvent{Object: &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: secret.Namespace, Name: secret.Name}}}:
-		if p.asked == nil || len(p.asked) > 1024 {
-			p.asked = map[types.NamespacedName]time.Time{}
-		}
-		p.asked[secret] = time.Now()
-	default:
+	if p.asked == nil || len(p.asked) > 1024 {
+		p.asked = map[types.NamespacedName]time.Time{}
 	}
+	p.asked[secret] = time.Now()
 }
 
 // Changed reports what the protector's last look at ref's Secret found: whether the

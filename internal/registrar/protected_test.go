@@ -1,35 +1,31 @@
 package registrar_test
 
 import (
+	"slices"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/record"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/registrar"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/registrar/registrartest"
 )
 
 // The claims that wait for a Secret ask the protector to look at it once, not once
-// per claim, and a full channel never holds a claim up. Set says which keys are
-// protected, and forgets them all when given none.
+// per claim; an ask made before the protector runs is dropped, and made again by the
+// next claim that waits. Set says which keys are protected, and forgets them all when
+// given none.
 func TestProtectedAskForAndSet(t *testing.T) {
-	p := &registrar.Protected{Ask: make(chan event.GenericEvent, 1)}
+	p := &registrar.Protected{Ask: &registrar.Queue{}}
 	s, other := types.NamespacedName{Namespace: "ns", Name: "s"}, types.NamespacedName{Namespace: "ns", Name: "other"}
+	p.AskFor(other) // the protector does not run yet: dropped
+	q := registrartest.Start(t, p.Ask)
 	for range 3 {
 		p.AskFor(s)
 	}
-	if len(p.Ask) != 1 {
-		t.Fatalf("three claims waiting for one Secret asked %d times within a second, want once", len(p.Ask))
-	}
-	p.AskFor(other) // the channel is full: dropped, not blocking
-	if got := client.ObjectKeyFromObject((<-p.Ask).Object); got != s {
-		t.Fatalf("the protector was asked to look at %s, want %s", got, s)
-	}
 	p.AskFor(other)
-	if len(p.Ask) != 1 || client.ObjectKeyFromObject((<-p.Ask).Object) != other {
-		t.Fatal("an ask dropped on a full channel is not made by the next claim that waits")
+	if got := registrartest.Drain(q); !slices.Equal(got, []types.NamespacedName{s, other}) {
+		t.Fatalf("three claims waiting for %s and one for %s (asked before the protector ran) asked for %v; want each once", s, other, got)
 	}
 
 	a, b := record.ObjectRef{Namespace: "ns", Name: "s", Key: "a"}, record.ObjectRef{Namespace: "ns", Name: "s", Key: "b"}

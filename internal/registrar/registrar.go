@@ -10,9 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
-	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/record"
@@ -34,35 +32,19 @@ type Registrar struct {
 	Config Config
 	// InFlight keeps requests for one identity or address from overlapping.
 	InFlight *InFlight
-	// Wake carries claims to the claim controller from outside its own watches: the
+	// Wake brings claims to the claim controller from outside its own watches: the
 	// Secret protector wakes the claims that wait for a Secret it has protected, and
-	// those of a Secret whose value it found changed (never from an event handler: a
-	// send blocks while the channel is full).
-	Wake chan event.GenericEvent
+	// those of a Secret whose value it found changed.
+	Wake *Queue
 
 	clusterIDMu   sync.Mutex
 	kubeSystemUID string
 }
 
-// WakeKeys sends the claims of keys to the claim controller through wake; it blocks
-// while the channel is full, until ctx ends.
-func WakeKeys(ctx context.Context, wake chan<- event.GenericEvent, keys []types.NamespacedName) error {
-	for _, k := range keys {
-		c := &ipamv1.IPAddressClaim{}
-		c.Namespace, c.Name = k.Namespace, k.Name
-		select {
-		case wake <- event.GenericEvent{Object: c}:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	return nil
-}
-
 // New builds a Registrar.
 func New(c client.Client, reader client.Reader, clients ClientFactory, cfg Config) *Registrar {
 	secrets := &Secrets{Reader: reader, Writer: c, Default: cfg.DefaultSecret}
-	secrets.Protected.Ask = make(chan event.GenericEvent, 256)
+	secrets.Protected.Ask = &Queue{}
 	return &Registrar{
 		Client:   c,
 		Reader:   reader,
@@ -70,7 +52,7 @@ func New(c client.Client, reader client.Reader, clients ClientFactory, cfg Confi
 		Clients:  clients,
 		Config:   cfg,
 		InFlight: &InFlight{Reader: c, Quarantine: cfg.Quarantine(), Clock: cfg.Clock},
-		Wake:     make(chan event.GenericEvent, 4096),
+		Wake:     &Queue{},
 	}
 }
 

@@ -22,7 +22,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
-	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"sigs.k8s.io/cluster-api-ipam-provider-in-cluster/pkg/ipamutil"
 	ipampredicates "sigs.k8s.io/cluster-api-ipam-provider-in-cluster/pkg/predicates"
@@ -118,7 +117,7 @@ func (a *Adapter) SetupWithManager(_ context.Context, b *ctrl.Builder) error {
 		Owns(&ipamv1.IPAddress{}, builder.WithPredicates(predicate.Or(addressKinds...), notCreated)).
 		// The claims the Secret protector wakes: it found their Secret's value changed,
 		// or back as it was.
-		WatchesRawSource(source.Channel(a.Wake, &handler.EnqueueRequestForObject{})).
+		WatchesRawSource(a.Wake.Source()).
 		// Which addresses the subnet-mode pools use, for picking candidates.
 		Watches(&ipamv1.IPAddress{}, a.subnets.occupancy()).
 		Watches(&ipamv1.IPAddressClaim{}, a.subnets.occupancy()).

@@ -15,15 +15,17 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/record"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/registrar"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/registrar/registrartest"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi/sim"
 )
 
@@ -37,8 +39,9 @@ import (
 func TestClaimsUnderANewSecretWaitForItsProtection(t *testing.T) {
 	w := newWorld(t)
 	pools(w)
-	wake := make(chan event.GenericEvent, 8)
-	w.protector.Wake = wake
+	w.protector.Wake = &registrar.Queue{}
+	wake := registrartest.Start(t, w.protector.Wake)
+	asks := registrartest.Start(t, w.claims.Adapter.Secrets.Protected.Ask)
 	// An hour old: a claim that meets a new Secret late (its user changed its Secret,
 	// say) waits as quietly as a new one.
 	old := claimObj("a", "routed", nil)
@@ -69,19 +72,16 @@ func TestClaimsUnderANewSecretWaitForItsProtection(t *testing.T) {
 	if n := w.api.Stats().Total(sim.RouteRegister); n != 0 {
 		t.Fatalf("%d registrations sent under a Secret that is not protected", n)
 	}
-	if len(w.claims.Adapter.Secrets.Protected.Ask) != 1 {
-		t.Fatalf("two claims waiting for one Secret asked the protector %d times, want once", len(w.claims.Adapter.Secrets.Protected.Ask))
-	}
-	if key := client.ObjectKeyFromObject((<-w.claims.Adapter.Secrets.Protected.Ask).Object); key != w.cfg.DefaultSecret {
-		t.Fatalf("the protector was asked to look at %s, want %s", key, w.cfg.DefaultSecret)
+	if got := registrartest.Drain(asks); !slices.Equal(got, []types.NamespacedName{w.cfg.DefaultSecret}) {
+		t.Fatalf("two claims waiting for Secret %s asked the protector to look at %v, want it once", w.cfg.DefaultSecret, got)
 	}
 
 	if _, err := w.protector.Reconcile(w.ctx, ctrl.Request{NamespacedName: w.cfg.DefaultSecret}); err != nil {
 		t.Fatal(err)
 	}
 	var woken []string
-	for len(wake) > 0 {
-		woken = append(woken, (<-wake).Object.GetName())
+	for _, k := range registrartest.Drain(wake) {
+		woken = append(woken, k.Name)
 	}
 	slices.Sort(woken)
 	if !slices.Equal(woken, []string{"a", "b"}) {
@@ -107,8 +107,8 @@ func TestClaimsUnderANewSecretWaitForItsProtection(t *testing.T) {
 	if _, err := w.protector.Reconcile(w.ctx, ctrl.Request{NamespacedName: w.cfg.DefaultSecret}); err != nil {
 		t.Fatal(err)
 	}
-	if len(wake) != 0 {
-		t.Fatalf("looking at the Secret again woke %d bound claims", len(wake))
+	if woken := registrartest.Drain(wake); len(woken) != 0 {
+		t.Fatalf("looking at the Secret again woke bound claims %v", woken)
 	}
 	w.check()
 }
@@ -143,8 +143,8 @@ func TestAClaimSaysWhyItWaitsForItsSecret(t *testing.T) {
 			return c.Patch(ctx, obj, p, opts...)
 		},
 	})
-	wake := make(chan event.GenericEvent, 8)
-	w.protector.Wake = wake
+	w.protector.Wake = &registrar.Queue{}
+	wake := registrartest.Start(t, w.protector.Wake)
 	names := []string{"a", "b"}
 	for _, n := range names {
 		w.create(claimObj(n, "routed", nil))
@@ -241,8 +241,8 @@ func TestAClaimSaysWhyItWaitsForItsSecret(t *testing.T) {
 
 	denied = false
 	must(t, protect())
-	if len(wake) != 2 {
-		t.Fatalf("protecting the Secret woke %d claims, want the 2 that wait for it", len(wake))
+	if woken := registrartest.Drain(wake); len(woken) != 2 {
+		t.Fatalf("protecting the Secret woke %v, want the 2 claims that wait for it", woken)
 	}
 	for _, n := range names {
 		if _, err := w.claims.Reconcile(w.ctx, ctrl.Request{NamespacedName: client.ObjectKey{Namespace: "apps", Name: n}}); err != nil {

@@ -19,7 +19,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
-	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/index"
@@ -50,14 +49,14 @@ type Protector struct {
 	// Wake takes claims to the claim controller: those that wait for a Secret key the
 	// protector has just protected, and those whose Secret's value it found changed, or
 	// back as it was; nil: none (waiting claims look again on their own).
-	Wake chan<- event.GenericEvent
+	Wake *registrar.Queue
 	// Ledger lists the Secrets the protector has protected, for the next leader to look
 	// at again; nil: none (a Secret whose last record goes while no leader runs keeps
 	// its protection).
 	Ledger *Ledger
 	// Asks brings the Secrets that waiting claims ask the protector to look at
 	// (registrar.Protected's Ask); nil: none.
-	Asks <-chan event.GenericEvent
+	Asks *registrar.Queue
 	// Resync is how often a protected Secret is looked at again without an event
 	// (Secrets are not watched): a finalizer or fingerprint someone stripped comes back,
 	// and a value changed in place shows on the claims bound under it. Zero: a minute.
@@ -74,7 +73,7 @@ func (p *Protector) SetupWithManager(ctx context.Context, mgr ctrl.Manager) erro
 		Watches(&ipamv1alpha1.VitistackIPPool{}, p.recordsChanged()).
 		Watches(&ipamv1alpha1.GlobalVitistackIPPool{}, p.recordsChanged())
 	if p.Asks != nil {
-		b = b.WatchesRawSource(source.Channel(p.Asks, &handler.EnqueueRequestForObject{}))
+		b = b.WatchesRawSource(p.Asks.Source())
 	}
 	if p.Ledger != nil {
 		b = b.WatchesRawSource(p.Ledger.Sweep())
@@ -223,7 +222,8 @@ func (p *Protector) wakeWaiting(ctx context.Context, secret types.NamespacedName
 			woken = append(woken, client.ObjectKeyFromObject(c))
 		}
 	}
-	return registrar.WakeKeys(ctx, p.Wake, woken)
+	p.Wake.Add(woken...)
+	return nil
 }
 
 // valueChanged tells the claims whose records name the Secret (bound ones too, which
@@ -258,7 +258,8 @@ func (p *Protector) valueChanged(ctx context.Context, secret types.NamespacedNam
 	for _, a := range addrs.Items {
 		woken[client.ObjectKeyFromObject(&a)] = true // named like its claim
 	}
-	return registrar.WakeKeys(ctx, p.Wake, slices.Collect(maps.Keys(woken)))
+	p.Wake.Add(slices.Collect(maps.Keys(woken))...)
+	return nil
 }
 
 // claimsNaming lists the claims whose records name the Secret (copies the cache shares:
