@@ -22,11 +22,13 @@ type Process struct {
 	Name    string
 	LogFile string
 
-	cmd  *exec.Cmd
-	log  *os.File
-	done chan struct{}
-	mu   sync.Mutex
-	err  error
+	cmd *exec.Cmd
+	log *os.File
+	// logStart is where this process's output starts in LogFile (a log is appended to).
+	logStart int64
+	done     chan struct{}
+	mu       sync.Mutex
+	err      error
 }
 
 // startProcess starts bin with args and env (added to this process's environment), its
@@ -36,6 +38,10 @@ func startProcess(dir, name string, also io.Writer, env []string, bin string, ar
 	f, err := os.OpenFile(logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, errors.Wrapf(err, "opening the log of %s", name)
+	}
+	var logStart int64
+	if st, err := f.Stat(); err == nil {
+		logStart = st.Size()
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), env...)
@@ -51,7 +57,7 @@ func startProcess(dir, name string, also io.Writer, env []string, bin string, ar
 		_ = f.Close()
 		return nil, errors.Wrapf(err, "starting %s", bin)
 	}
-	p := &Process{Name: name, LogFile: logFile, cmd: cmd, log: f, done: make(chan struct{})}
+	p := &Process{Name: name, LogFile: logFile, cmd: cmd, log: f, logStart: logStart, done: make(chan struct{})}
 	go func() {
 		err := cmd.Wait()
 		p.mu.Lock()
@@ -104,6 +110,12 @@ func (p *Process) Kill() {
 func (p *Process) Logs() string {
 	b, _ := os.ReadFile(p.LogFile)
 	return string(b)
+}
+
+// ownLogs is what this process has written, without what earlier ones of its name did.
+func (p *Process) ownLogs() string {
+	l := p.Logs()
+	return l[min(int(p.logStart), len(l)):]
 }
 
 // freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
@@ -160,7 +172,7 @@ func waitFor(p *Process, timeout time.Duration, what string, check func() error)
 			return nil
 		}
 		if exited, perr := p.Exited(); exited {
-			if strings.Contains(p.Logs(), "address already in use") {
+			if strings.Contains(p.ownLogs(), "address already in use") {
 				return errors.Wrapf(errPortTaken, "%s exited (%v) before %s; see %s", p.Name, perr, what, p.LogFile)
 			}
 			return errors.Errorf("%s exited (%v) before %s; see %s", p.Name, perr, what, p.LogFile)

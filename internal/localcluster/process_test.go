@@ -81,11 +81,12 @@ func TestAProcessWhosePortWasTakenStartsAgain(t *testing.T) {
 		t.Fatalf("started %d times, want 2: once on the taken port, once on a new one", starts)
 	}
 
-	// An end for any other reason is not retried.
+	// An end for any other reason is not retried, though an earlier process of the
+	// name logged a taken port.
 	starts = 0
 	err = onFreePorts(1, func([]int) error {
 		starts++
-		p, err := startProcess(dir, "fails", nil, []string{listenEnv + "=not-an-address"}, self)
+		p, err := startProcess(dir, "server", nil, []string{listenEnv + "=not-an-address"}, self)
 		if err != nil {
 			return err
 		}

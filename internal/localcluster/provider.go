@@ -228,6 +228,13 @@ func (c *ControlPlane) StartManager(ctx context.Context, also io.Writer, extra .
 	if err := clientcmd.WriteToFile(*KubeconfigFor(cfg, c.Name), kubeconfig); err != nil {
 		return nil, errors.Wrap(err, "writing the manager's kubeconfig")
 	}
+	// One log per manager: manager.log, manager-2.log, ... (a start again on new ports
+	// appends to the same).
+	c.managers++
+	name := "manager"
+	if c.managers > 1 {
+		name = fmt.Sprintf("manager-%d", c.managers)
+	}
 	// Each manager serves its webhooks on a port of its own: the last one's may have
 	// been taken while no manager ran.
 	var m *Manager
@@ -239,12 +246,6 @@ func (c *ControlPlane) StartManager(ctx context.Context, also io.Writer, extra .
 			"--health-addr="+hostPort(health),
 			"--diagnostics-address="+hostPort(metrics), "--insecure-diagnostics")
 		args = append(args, extra...)
-		// One log per process: manager.log, manager-2.log, ...
-		c.managers++
-		name := "manager"
-		if c.managers > 1 {
-			name = fmt.Sprintf("manager-%d", c.managers)
-		}
 		proc, err := startProcess(c.Dir, name, also, []string{"KUBECONFIG=" + kubeconfig}, c.ManagerBinary, args...)
 		if err != nil {
 			return err
