@@ -50,7 +50,8 @@ const (
 	// ClaimReadyInvalidAnnotationReason: an ipam.vitistack.io annotation on the claim
 	// has a value that cannot be used.
 	ClaimReadyInvalidAnnotationReason = "InvalidAnnotation"
-	// ClaimReadyAddressTakenReason: the requested address is held under another secret.
+	// ClaimReadyAddressTakenReason: the requested address (or, in subnet mode, the one a
+	// claim that lost its IPAddress was bound to) is held under another secret.
 	ClaimReadyAddressTakenReason = "AddressTaken"
 	// ClaimReadyIPAMAPIUnreachableReason: the IPAM-API could not be reached; the claim
 	// is retried with back-off.

@@ -92,6 +92,8 @@ func (h *Handler) allocate(ctx context.Context, address *ipamv1.IPAddress) outco
 		return h.decline(ctx, api, sec, reg)
 	case err == nil:
 		return h.registered(ctx, address, reg, res)
+	case reg.Candidate && ipamapi.ClassOf(err) == ipamapi.ClassWrongSecret && h.wasBound():
+		return h.refuse(ctx, lostAddress(reg, "is held under another secret now"), valueKey(reg.Secret, sec, nil), reg, false)
 	case reg.Candidate && ipamapi.ClassOf(err) == ipamapi.ClassWrongSecret:
 		return h.skip(ctx, reg)
 	case reg.Candidate && ipamapi.ClassOf(err) == ipamapi.ClassNotInZone:
@@ -127,10 +129,26 @@ func (h *Handler) subnetCandidate(ctx context.Context, reg *record.Registration)
 	case o != nil:
 	case reg.Declined:
 		o = stop(h.decline(ctx, api, sec, reg))
+	case reg.Address == "" && h.wasBound():
+		o = stop(lostAddress(reg, "is not known to it any more").final())
 	case reg.Address == "":
 		o = h.pick(ctx, plan, reg)
 	}
 	return api, sec, o
+}
+
+// lostAddress is the outcome of a claim bound in subnet mode whose IPAddress was lost and
+// whose address the IPAM-API no longer holds for it: it takes no other candidate, for it
+// would take one held under the same secret by someone else as its own (it was bound),
+// and its machine uses the address it had.
+func lostAddress(reg *record.Registration, why string) outcome {
+	what := "The address it was bound to"
+	if reg.Address != "" {
+		what = "Address " + reg.Address + ", which it was bound to,"
+	}
+	return failed(ipamv1.IPAddressClaimReadyAllocationFailedReason, fmt.Sprintf("this claim's IPAddress was lost, and the IPAM-API no "+
+		"longer holds its address for it. %s %s in zone %s. The claim takes no other address, as its machine uses that one: "+
+		"delete the claim (and its machine) to get a new one", what, why, reg.Zone)).withEvent(ipamv1alpha1.ClaimReadyAddressTakenReason)
 }
 
 // connect resolves the IPAM-API client and the owning Secret of an unbound claim's

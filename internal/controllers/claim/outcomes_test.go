@@ -357,3 +357,59 @@ func TestASubnetHeldElsewhereIsTriedOnceAnAddress(t *testing.T) {
 	}
 	w.check()
 }
+
+// A claim bound in subnet mode whose IPAddress is lost sends its address again. Should
+// its hold on that address have lapsed meanwhile (an external cleanup, an IPAM-API
+// restored from a backup) and another secret hold the address now, the claim does not
+// move on to another candidate: being bound, it would take an "updated" answer (the
+// next candidate held under the same secret by someone outside the cluster) as its
+// own, and two holders would have one address. It says its address is taken, and binds
+// nothing.
+func TestABoundSubnetClaimThatLostItsAddressTakesNoOther(t *testing.T) {
+	w := newWorld(t)
+	pools(w)
+	api, err := ipamapi.NewClient(w.url, ipamapi.Options{})
+	must(t, err)
+	w.create(&ipamv1alpha1.VitistackIPPool{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "small"},
+		Spec: ipamv1alpha1.VitistackIPPoolSpec{Zone: "hnet-private", IPFamily: ipamv1alpha1.IPv4, Subnet: "10.53.0.0/29", Gateway: "10.53.0.1"}})
+	w.create(claimObj("c", "small", map[string]string{ipamv1alpha1.SecretAnnotation: "old"}))
+	w.settle()
+	addr := w.addressOf("c")
+	if addr == nil || addr.Spec.Address != "10.53.0.2" {
+		t.Fatalf("the claim is bound to %v, want 10.53.0.2:\n%s", addr, w.describe())
+	}
+	rec, err := record.OnAddress(addr.Labels, addr.Annotations)
+	must(t, err)
+	_, err = api.Release(w.ctx, rec.Request("old-secret-value-1"))
+	must(t, err)
+	w.api.Sweep()
+	hold := func(secret ipamapi.Secret, address string) {
+		_, err := api.Register(w.ctx, ipamapi.Request{Secret: secret, Zone: "hnet-private", Family: ipamapi.FamilyIPv4,
+			Address: address, Identity: ipamapi.Identity{ServiceName: "elsewhere-" + address, NamespaceID: "x", ClusterID: "y"}})
+		must(t, err)
+	}
+	hold("another-value-3", "10.53.0.2/32")
+	hold("old-secret-value-1", "10.53.0.3/32")
+	must(t, w.direct.Delete(w.ctx, addr))
+
+	w.settle()
+	if a := w.addressOf("c"); a != nil {
+		t.Fatalf("the claim that lost 10.53.0.2 is bound to %s, which someone outside the cluster holds:\n%s", a.Spec.Address, w.describe())
+	}
+	for _, holder := range w.live()["10.53.0.3/32"] {
+		if holder == rec.Identity.ServiceName {
+			t.Fatalf("the claim holds 10.53.0.3 in the IPAM-API beside someone outside the cluster:\n%s", w.describe())
+		}
+	}
+	c := readyOf(w.get(claimObj("c", "", nil)).(*ipamv1.IPAddressClaim))
+	if c == nil || c.Status != metav1.ConditionFalse || !strings.Contains(c.Message, "10.53.0.2/32, which it was bound to, is held under another secret") {
+		t.Fatalf("the claim's Ready condition is %+v, want False, saying 10.53.0.2 is held under another secret", c)
+	}
+	// Refused: nothing more is sent until something changes, and still nothing is bound.
+	before := w.api.Stats().Total(sim.RouteRegister)
+	w.run(5)
+	if n := w.api.Stats().Total(sim.RouteRegister) - before; n != 0 || w.addressOf("c") != nil {
+		t.Fatalf("after the refusal, %d more registrations, and the claim is bound to %v; want none and none", n, w.addressOf("c"))
+	}
+	w.check()
+}
