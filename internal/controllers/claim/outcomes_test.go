@@ -413,3 +413,38 @@ func TestABoundSubnetClaimThatLostItsAddressTakesNoOther(t *testing.T) {
 	}
 	w.check()
 }
+
+// A candidate a claim skipped (held elsewhere) is not the claim's any more: once the
+// holder lets it go, a claim that asks for it by name gets it, though the claim
+// that skipped it is still unbound (the whole subnet was held elsewhere: it backs off,
+// exhausted).
+func TestASkippedCandidateIsNotHeldByTheClaimThatSkippedIt(t *testing.T) {
+	w := newWorld(t)
+	pools(w)
+	api, err := ipamapi.NewClient(w.url, ipamapi.Options{})
+	must(t, err)
+	elsewhere := func(addr string) ipamapi.Request {
+		return ipamapi.Request{Secret: "another-value-3", Zone: "hnet-private", Family: ipamapi.FamilyIPv4,
+			Address: addr, Identity: ipamapi.Identity{ServiceName: "elsewhere-" + addr, NamespaceID: "x", ClusterID: "y"}}
+	}
+	w.create(&ipamv1alpha1.VitistackIPPool{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "full"},
+		Spec: ipamv1alpha1.VitistackIPPoolSpec{Zone: "hnet-private", IPFamily: ipamv1alpha1.IPv4, Subnet: "10.54.0.0/29", Gateway: "10.54.0.1"}})
+	for i := 2; i <= 6; i++ {
+		_, err := api.Register(w.ctx, elsewhere(fmt.Sprintf("10.54.0.%d/32", i)))
+		must(t, err)
+	}
+	w.create(claimObj("x", "full", map[string]string{ipamv1alpha1.SecretAnnotation: "old"}))
+	w.settle()
+	if c := readyOf(w.get(claimObj("x", "", nil)).(*ipamv1.IPAddressClaim)); c == nil || c.Reason != ipamv1.IPAddressClaimReadyPoolExhaustedReason {
+		t.Fatalf("the claim's Ready condition is %+v, want PoolExhausted:\n%s", c, w.describe())
+	}
+	_, err = api.Release(w.ctx, elsewhere("10.54.0.4/32"))
+	must(t, err)
+	w.api.Sweep()
+	w.create(claimObj("by-name", "full", map[string]string{ipamv1alpha1.SecretAnnotation: "old", ipamv1alpha1.AddressesAnnotation: "10.54.0.4"}))
+	w.settle()
+	if a := w.addressOf("by-name"); a == nil || a.Spec.Address != "10.54.0.4" {
+		t.Fatalf("the claim asking for 10.54.0.4, freed elsewhere and only skipped by x, is bound to %v:\n%s", a, w.describe())
+	}
+	w.check()
+}

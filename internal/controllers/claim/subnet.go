@@ -232,7 +232,9 @@ func (h *Handler) decline(ctx context.Context, api ipamapi.Client, sec *registra
 // skip drops a candidate held elsewhere from the record, and from every claim's picks of
 // the zone for the subnet recheck window, and the claim comes back at once for the next.
 // So each address of a zone is tried at most once per window, whatever the number of
-// claims; once none is left to try, the claim says PoolExhausted and backs off.
+// claims; once none is left to try, the claim says PoolExhausted and backs off. The claim
+// holds nothing of the candidate any more: after the window any claim may pick it, and a
+// claim may ask for it by name.
 func (h *Handler) skip(ctx context.Context, reg *record.Registration) outcome {
 	taken := reg.Address
 	if a, err := ipamapi.ParseHost(taken); err == nil {
@@ -243,6 +245,7 @@ func (h *Handler) skip(ctx context.Context, reg *record.Registration) outcome {
 	if err := h.writeRecord(ctx, reg, nil); err != nil {
 		return transient(err)
 	}
+	h.forget()
 	return transient(errors.Errorf("%s is held elsewhere in zone %s; the next address is tried", taken, reg.Zone)).retryIn(time.Millisecond)
 }
 
