@@ -69,7 +69,7 @@ func TestClaimGetsAddressWithMetadata(t *testing.T) {
 	c := &ipamv1.IPAddressClaim{}
 	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(claim), c)).To(Succeed())
 	g.Expect(c.Annotations[ipamv1alpha1.RegistrationAnnotation]).To(And(
-		ContainSubstring(`"serviceName":"node-1"`), ContainSubstring(`"zone":"inet"`), Not(ContainSubstring(`"registered"`))))
+		ContainSubstring(`"serviceName":"node-1"`), ContainSubstring(`"zone":"inet"`), ContainSubstring(`"phase":"Pending"`), Not(ContainSubstring(`"registered"`))))
 
 	// The stand-in holds exactly this registration.
 	holders := holdersOf(ip.String() + "/32")

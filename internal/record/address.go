@@ -33,11 +33,11 @@ func OnAddress(labels, annotations map[string]string) (*Registration, error) {
 		return nil, nil
 	}
 	r := &Registration{
-		Registered: true,
-		Endpoint:   ipamapi.NormalizeEndpoint(annotations[ipamv1alpha1.RegisteredEndpointAnnotation]),
-		Zone:       labels[ipamv1alpha1.ZoneLabel],
-		Family:     ipamapi.Family(labels[ipamv1alpha1.IPFamilyLabel]),
-		Address:    addr,
+		Phase:    PhaseRegistered,
+		Endpoint: ipamapi.NormalizeEndpoint(annotations[ipamv1alpha1.RegisteredEndpointAnnotation]),
+		Zone:     labels[ipamv1alpha1.ZoneLabel],
+		Family:   ipamapi.Family(labels[ipamv1alpha1.IPFamilyLabel]),
+		Address:  addr,
 		Identity: ipamapi.Identity{
 			ServiceName: annotations[ipamv1alpha1.RegisteredServiceNameAnnotation],
 			NamespaceID: annotations[ipamv1alpha1.RegisteredNamespaceIDAnnotation],

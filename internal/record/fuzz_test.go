@@ -64,7 +64,7 @@ func FuzzOnAddress(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if r == nil || r.Endpoint == "" || r.Zone == "" || r.Family == "" || r.Secret.Name == "" || !r.Registered {
+		if r == nil || r.Endpoint == "" || r.Zone == "" || r.Family == "" || r.Secret.Name == "" || r.Phase != record.PhaseRegistered {
 			t.Fatalf("read as an incomplete record without an error: %+v", r)
 		}
 		l2, a2 := maps.Clone(labels), map[string]string{}

@@ -1,6 +1,7 @@
 package record_test
 
 import (
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -18,7 +19,7 @@ func full() *record.Registration {
 		CABundle: record.ObjectRef{Kind: "ConfigMap", Namespace: "ns", Name: "ca", Key: "ca.crt"},
 		Identity: ipamapi.Identity{ServiceName: "web", NamespaceID: "uid-1", ClusterID: "c-1"},
 		Secret:   record.ObjectRef{Kind: "Secret", Namespace: "ns", Name: "s", Key: "secret"},
-		Address:  "83.118.168.4/32", RetentionPeriodDays: 7, DenyExternalCleanup: true, Registered: true,
+		Address:  "83.118.168.4/32", RetentionPeriodDays: 7, DenyExternalCleanup: true, Phase: record.PhaseRegistered,
 	}
 }
 
@@ -46,6 +47,39 @@ func TestRoundTrip(t *testing.T) {
 	g.Expect(back).To(Equal(addr))
 	g.Expect(back.Key()).To(Equal(addr.Key()))
 	g.Expect(ann[ipamv1alpha1.RegisteredSecretRefAnnotation]).To(Equal("ns/s/secret"), "a reference, never a value")
+}
+
+// The phase is written both as itself and as the three flags of v0.1.0, which reads the
+// record after a downgrade; a record v0.1.0 wrote (flags only) reads with its phase.
+func TestPhaseOnTheWire(t *testing.T) {
+	g := NewWithT(t)
+	v010 := map[record.Phase]string{
+		record.PhasePending:    `{}`,
+		record.PhaseCandidate:  `{"candidate":true}`,
+		record.PhaseDeclining:  `{"candidate":true,"declined":true}`,
+		record.PhaseRegistered: `{"registered":true}`,
+	}
+	for phase, flags := range v010 {
+		r := full()
+		r.Phase = phase
+		claim := &ipamv1.IPAddressClaim{}
+		r.SetOn(claim)
+		written := claim.Annotations[ipamv1alpha1.RegistrationAnnotation]
+		g.Expect(written).To(ContainSubstring(`"phase":"` + string(phase) + `"`))
+
+		var asV010, want map[string]any
+		g.Expect(json.Unmarshal([]byte(written), &asV010)).To(Succeed())
+		g.Expect(json.Unmarshal([]byte(flags), &want)).To(Succeed())
+		for _, flag := range []string{"registered", "candidate", "declined"} {
+			g.Expect(asV010[flag] == true).To(Equal(want[flag] == true), "%s as v0.1.0 reads it: %s", phase, flag)
+		}
+
+		delete(asV010, "phase")
+		old, _ := json.Marshal(asV010)
+		got, err := record.OnClaim(map[string]string{ipamv1alpha1.RegistrationAnnotation: string(old)})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(got.Phase).To(Equal(phase), "a record v0.1.0 wrote as %s", flags)
+	}
 }
 
 // Broken records are refused with a message naming the annotation.

@@ -27,15 +27,9 @@ type Registration struct {
 	Address             string           `json:"address,omitempty"` // canonical CIDR: requested, or registered
 	RetentionPeriodDays int              `json:"retentionPeriodDays"`
 	DenyExternalCleanup bool             `json:"denyExternalCleanup"`
-	// Registered is true once the IPAM-API has answered with Address.
-	Registered bool `json:"registered,omitempty"`
-	// Candidate is true when Address is a subnet-mode candidate the provider picked (not
-	// one the user asked for): if the IPAM-API says it was already held ("updated"),
-	// someone else may hold it, and this claim lets it go unless it was bound to it.
-	Candidate bool `json:"candidate,omitempty"`
-	// Declined is true while this claim's hold on a candidate held by someone else is
-	// being given back.
-	Declined bool `json:"declined,omitempty"`
+	// Phase is where the registration is; it decides what is sent next, and it is written
+	// on the claim before any request that depends on it.
+	Phase Phase `json:"phase,omitempty"`
 	// RotatingTo is a recorded rotation intent: the Secret the address is being moved
 	// to. It is written before the IPAM-API is asked (new_secret) and removed once the
 	// IPAddress records the new owner. While it is set, who owns the address is asked
@@ -47,6 +41,67 @@ type Registration struct {
 	// Attempt is when the last registration request was sent. Until its answer has been
 	// seen, no other request for the identity is sent before Attempt + the quarantine.
 	Attempt time.Time `json:"attempt,omitzero"`
+}
+
+// Phase is where a claim's registration is. A claim once bound counts as Registered
+// whatever its own record says: the IPAddress took the record over when it was made.
+type Phase string
+
+const (
+	// PhasePending means that the request for the identity, with the address the user asked for if
+	// any, is about to go out or went out at Attempt (zero: nothing was sent).
+	PhasePending Phase = "Pending"
+	// PhaseCandidate means that Address is a subnet-mode candidate the provider picked. An answer
+	// that it was held already ("updated") may mean someone else holds it under the same
+	// secret: the claim gives it back.
+	PhaseCandidate Phase = "Candidate"
+	// PhaseDeclining means that the candidate is held by someone else; this claim's hold on it is
+	// being given back. After a restart it is given back, never taken.
+	PhaseDeclining Phase = "Declining"
+	// PhaseRegistered means that the IPAM-API answered with Address.
+	PhaseRegistered Phase = "Registered"
+)
+
+// Picked reports whether Address is a candidate the provider picked, not one the user
+// asked for.
+func (r *Registration) Picked() bool { return r.Phase == PhaseCandidate || r.Phase == PhaseDeclining }
+
+// onWire is the record as JSON: the phase, and for v0.1.0 (which reads it on a
+// downgrade) the same phase as the three flags it knows.
+type onWire struct {
+	plain
+	Registered bool `json:"registered,omitempty"`
+	Candidate  bool `json:"candidate,omitempty"`
+	Declined   bool `json:"declined,omitempty"`
+}
+
+type plain Registration // without the JSON methods
+
+// MarshalJSON writes the record with its phase in both forms.
+func (r Registration) MarshalJSON() ([]byte, error) {
+	return json.Marshal(onWire{plain: plain(r), Registered: r.Phase == PhaseRegistered, Candidate: r.Picked(),
+		Declined: r.Phase == PhaseDeclining})
+}
+
+// UnmarshalJSON reads a record; one without a phase (written by v0.1.0) has it from the flags.
+func (r *Registration) UnmarshalJSON(b []byte) error {
+	var w onWire
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	*r = Registration(w.plain)
+	switch {
+	case r.Phase != "":
+	case w.Registered:
+		r.Phase = PhaseRegistered
+	case w.Declined:
+		r.Phase = PhaseDeclining
+	case w.Candidate:
+		r.Phase = PhaseCandidate
+	default:
+		r.Phase = PhasePending
+	}
+	return nil
 }
 
 // Key identifies the holder in the IPAM-API; two claims must never share it.

@@ -73,6 +73,7 @@ func (r *Registrar) ForPool(ctx context.Context, pool ipamv1alpha1.Pool) (*recor
 		Family:              APIFamily(spec.IPFamily),
 		DenyExternalCleanup: spec.DenyExternalCleanup,
 		RetentionPeriodDays: int(ptr.Deref(spec.RetentionPeriodDays, 0)),
+		Phase:               record.PhasePending,
 	}
 	if spec.Endpoint != "" {
 		reg.Endpoint = spec.Endpoint

@@ -82,7 +82,7 @@ func (p *planted) create(obj client.Object) {
 func (p *planted) registration(name, address, cluster string) *record.Registration {
 	return &record.Registration{Endpoint: "http://ipam", Zone: "inet", Family: ipamapi.FamilyIPv4, Address: address + "/32",
 		Identity: ipamapi.Identity{ServiceName: name, NamespaceID: nsUID, ClusterID: cluster},
-		Secret:   record.ObjectRef{Namespace: "apps", Name: "owner", Key: "secret"}, Registered: true}
+		Secret:   record.ObjectRef{Namespace: "apps", Name: "owner", Key: "secret"}, Phase: record.PhaseRegistered}
 }
 
 // register has the IPAM-API hold address for the identity name under cluster.
@@ -174,7 +174,7 @@ func TestOracleReportsEachPlantedDefect(t *testing.T) {
 		name: "an unbound claim's record without an address accounts for one address, not two",
 		plant: func(p *planted) {
 			rec := p.registration("c2", "", "cluster-a")
-			rec.Address, rec.Registered = "", false
+			rec.Address, rec.Phase = "", record.PhasePending
 			claim := &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "c2"}}
 			rec.SetOn(claim)
 			p.create(claim)

@@ -22,11 +22,12 @@ import (
 
 // allocate registers an address for a claim without an IPAddress: the one it asks for, any
 // the IPAM-API picks (routed mode), or, in subnet mode, a candidate the provider picks in
-// order. What is about to be sent is recorded on the claim before it is sent, so a restart
-// at any point finds it, waits out a request that may still be in flight, and sends the
-// same registration again (the IPAM-API answers with the same address) or releases it on
-// deletion. One reconcile sends one registration: a candidate held elsewhere is given
-// back or skipped, and the claim comes back for the next (skip).
+// order. It is a switch on the phase of the claim's record (record.Phase). What is about to
+// be sent is recorded on the claim before it is sent, so a restart at any point finds it,
+// waits out a request that may still be in flight, and sends the same registration again
+// (the IPAM-API answers with the same address) or releases it on deletion. One reconcile
+// sends one registration: a candidate held elsewhere is given back or skipped, and the
+// claim comes back for the next (skip).
 func (h *Handler) allocate(ctx context.Context, address *ipamv1.IPAddress) outcome {
 	reg, bad := h.claimRecord()
 	if bad != nil {
@@ -38,23 +39,34 @@ func (h *Handler) allocate(ctx context.Context, address *ipamv1.IPAddress) outco
 			return asOutcome(err)
 		}
 	}
+	h.answeredIfBound(reg)
+	subnetMode := h.pool.PoolSpec().Subnet != ""
 	var api ipamapi.Client
 	var sec *registrar.Secret
 	var o *outcome
-	inSubnet := h.pool.PoolSpec().Subnet != "" && !reg.Registered
-	if inSubnet {
+	switch {
+	case reg.Phase == record.PhaseDeclining:
+		if api, sec, o = h.connect(ctx, reg); o != nil {
+			return *o
+		}
+		return h.decline(ctx, api, sec, reg)
+	case reg.Phase == record.PhaseRegistered:
+		// Its IPAddress was lost, or the claim was restored or moved without it: sent again
+		// with its address. Without one, a subnet's claim cannot know which it had.
+		if subnetMode && reg.Address == "" {
+			return lostAddress(reg, "is not known to it any more").final()
+		}
+	case subnetMode:
 		if api, sec, o = h.subnetCandidate(ctx, reg); o != nil {
 			return *o
 		}
-	} else if reg.Address == "" && !reg.Registered {
+	case reg.Address == "":
 		addr, err := h.takeOver(ctx, reg)
 		if err != nil {
 			return transient(err)
 		}
 		reg.Address = addr
 	}
-	// A registered record without an IPAddress (it was lost, or the claim was restored
-	// or moved without it) is sent again with its address, never without.
 	if o := h.checkIdentityFree(ctx, reg); o != nil {
 		return *o
 	}
@@ -63,8 +75,8 @@ func (h *Handler) allocate(ctx context.Context, address *ipamv1.IPAddress) outco
 	}
 	// Two requests of one identity without an address in flight at once would each
 	// allocate one; in subnet mode, an address must not meet an earlier request of the
-	// identity for another one either. A claim that was bound had its request answered.
-	if reg.Address == "" || inSubnet {
+	// identity for another one either.
+	if reg.Address == "" || subnetMode {
 		if left := h.mayStillBeInFlight(reg); left > 0 {
 			what := "request"
 			if reg.Address != "" {
@@ -84,19 +96,20 @@ func (h *Handler) allocate(ctx context.Context, address *ipamv1.IPAddress) outco
 		return *o
 	}
 	res, err := h.InFlight.Register(ctx, api, h.claim.UID, reg, reg.Request(sec.Value))
+	candidate := reg.Phase == record.PhaseCandidate
 	switch {
-	case err == nil && res.Updated() && reg.Candidate && !h.wasBound():
+	case err == nil && res.Updated() && candidate:
 		// Held already, by another holder of the same secret or by this claim after a lost
 		// answer; nothing tells which. Two nodes must never share an address: give it back (a
-		// lost answer costs a candidate), unless this claim was bound to it (IPAddress lost).
+		// lost answer costs a candidate).
 		return h.decline(ctx, api, sec, reg)
 	case err == nil:
 		return h.registered(ctx, address, reg, res)
-	case reg.Candidate && ipamapi.ClassOf(err) == ipamapi.ClassWrongSecret && h.wasBound():
+	case reg.Phase == record.PhaseRegistered && ipamapi.ClassOf(err) == ipamapi.ClassWrongSecret:
 		return h.refuse(ctx, lostAddress(reg, "is held under another secret now"), valueKey(reg.Secret, sec, nil), reg, false)
-	case reg.Candidate && ipamapi.ClassOf(err) == ipamapi.ClassWrongSecret:
+	case candidate && ipamapi.ClassOf(err) == ipamapi.ClassWrongSecret:
 		return h.skip(ctx, reg)
-	case reg.Candidate && ipamapi.ClassOf(err) == ipamapi.ClassNotInZone:
+	case candidate && ipamapi.ClassOf(err) == ipamapi.ClassNotInZone:
 		// A pool error, shown on the pool too.
 		spec := h.pool.PoolSpec()
 		return h.refuse(ctx, failed(ipamv1alpha1.ClaimReadySubnetOutsideZoneReason, fmt.Sprintf("the IPAM-API says %s of subnet %s "+
@@ -106,17 +119,26 @@ func (h *Handler) allocate(ctx context.Context, address *ipamv1.IPAddress) outco
 	return h.registerFailed(ctx, reg, sec, err, firstAttempt)
 }
 
-// subnetCandidate readies a subnet-mode registration: the address the user asked for must be
-// usable in the subnet; a candidate being given back is given back (which needs the IPAM-API
-// client and the Secret, resolved here: nil for an address the user asked for), and without
-// an address the next one is picked.
+// answeredIfBound makes the record of a claim once bound Registered, whatever phase it was
+// written in: addressRef is set only once the claim's IPAddress was made from an answer (the
+// IPAddress took the record over then) and is never cleared.
+func (h *Handler) answeredIfBound(reg *record.Registration) {
+	if h.claim.Status.AddressRef.Name != "" {
+		reg.Phase = record.PhaseRegistered
+	}
+}
+
+// subnetCandidate readies a subnet-mode registration that is not registered yet: the address
+// the user asked for must be usable in the subnet; without an address the next one is picked,
+// once the IPAM-API client and the Secret are resolved (returned; nil for an address the user
+// asked for).
 func (h *Handler) subnetCandidate(ctx context.Context, reg *record.Registration) (ipamapi.Client, *registrar.Secret, *outcome) {
 	spec := h.pool.PoolSpec()
 	plan, err := subnet.New(spec.Subnet, spec.Gateway, spec.ExcludedAddresses)
 	if err != nil {
 		return nil, nil, stop(failed(ipamv1.IPAddressClaimReadyPoolNotReadyReason, err.Error()+"; fix the pool's spec.subnet").final())
 	}
-	if reg.Address != "" && !reg.Candidate {
+	if reg.Address != "" && !reg.Picked() {
 		// Asked for by the user: checked as in routed mode, then sent.
 		if a, err := ipamapi.ParseHost(reg.Address); err != nil || !plan.Usable(a) {
 			return nil, nil, stop(asOutcome(invalidAnnotation(ipamv1alpha1.AddressesAnnotation, "%s is not a usable address of subnet %s "+
@@ -125,29 +147,23 @@ func (h *Handler) subnetCandidate(ctx context.Context, reg *record.Registration)
 		return nil, nil, nil
 	}
 	api, sec, o := h.connect(ctx, reg)
-	switch {
-	case o != nil:
-	case reg.Declined:
-		o = stop(h.decline(ctx, api, sec, reg))
-	case reg.Address == "" && h.wasBound():
-		o = stop(lostAddress(reg, "is not known to it any more").final())
-	case reg.Address == "":
+	if o == nil && reg.Address == "" {
 		o = h.pick(ctx, plan, reg)
 	}
 	return api, sec, o
 }
 
-// lostAddress is the outcome of a claim bound in subnet mode whose IPAddress was lost and
-// whose address the IPAM-API no longer holds for it: it takes no other candidate, for it
-// would take one held under the same secret by someone else as its own (it was bound),
-// and its machine uses the address it had.
+// lostAddress is the outcome of a registered claim (in practice, one bound whose IPAddress
+// was lost) whose address the IPAM-API no longer holds for it: it takes no other, for its
+// machine may use the one it had, and in subnet mode it would take a candidate held under
+// the same secret by someone else as its own.
 func lostAddress(reg *record.Registration, why string) outcome {
-	what := "The address it was bound to"
+	what := "The address it was registered with"
 	if reg.Address != "" {
-		what = "Address " + reg.Address + ", which it was bound to,"
+		what = "Address " + reg.Address + ", which it was registered with,"
 	}
-	return failed(ipamv1.IPAddressClaimReadyAllocationFailedReason, fmt.Sprintf("this claim's IPAddress was lost, and the IPAM-API no "+
-		"longer holds its address for it. %s %s in zone %s. The claim takes no other address, as its machine uses that one: "+
+	return failed(ipamv1.IPAddressClaimReadyAllocationFailedReason, fmt.Sprintf("the IPAM-API no longer holds this claim's address "+
+		"for it (its IPAddress was lost). %s %s in zone %s. The claim takes no other address, as its machine may use that one: "+
 		"delete the claim (and its machine) to get a new one", what, why, reg.Zone)).withEvent(ipamv1alpha1.ClaimReadyAddressTakenReason)
 }
 
@@ -244,13 +260,12 @@ func (h *Handler) registered(ctx context.Context, address *ipamv1.IPAddress, reg
 			fmt.Sprintf("the IPAM-API answered with %q, which is not an %s address", res.Address, reg.Family))
 	}
 	reg.Address, _ = ipamapi.CanonicalCIDR(res.Address)
-	reg.Registered, reg.Declined = true, false
+	reg.Phase = record.PhaseRegistered
 	if res.Updated() {
 		// The address was in the IPAM-API already: whoever else in the cluster holds it
 		// must have consented. If not, the claim records what it holds (so it is released
 		// as registered, and waits without asking the IPAM-API again) and waits.
 		if o := h.heldForUs(ctx, reg); o != nil {
-			reg.Candidate = false
 			if err := h.writeRecord(ctx, reg, nil); err != nil {
 				return transient(err)
 			}
@@ -258,7 +273,7 @@ func (h *Handler) registered(ctx context.Context, address *ipamv1.IPAddress, reg
 		}
 	}
 	// The claim keeps its pending record: the IPAddress records the registration from
-	// now on (a claim is bound with four writes). Should the IPAddress not be created,
+	// now on (a claim is bound with three writes). Should the IPAddress not be created,
 	// the pending record is sent again, and the IPAM-API answers with the same address.
 	h.fillAddress(address, reg, host)
 	ctrl.LoggerFrom(ctx).V(2).Info("Registered address in the IPAM-API", "address", address.Spec.Address,
@@ -337,7 +352,7 @@ func (h *Handler) registerFailed(ctx context.Context, reg *record.Registration, 
 // so a fixed annotation, pool or secret is used next time, and deleting the claim has
 // nothing to release.
 func (h *Handler) forgetIfNothingHeld(ctx context.Context, o outcome, reg *record.Registration, nothingHeld bool) outcome {
-	if !nothingHeld || reg.Registered {
+	if !nothingHeld || reg.Phase == record.PhaseRegistered {
 		return o
 	}
 	if err := h.writeRecord(ctx, nil, nil); err != nil {

@@ -165,7 +165,7 @@ func (h *Handler) handedOver(ctx context.Context, reg *record.Registration) (boo
 // shareKey: otherwise one IP could end up on two node NICs, or any namespace could join any
 // address under the default secret. Retried with back-off: the holder may let go.
 func (h *Handler) checkShare(ctx context.Context, reg *record.Registration) *outcome {
-	if reg.Address == "" || reg.Candidate {
+	if reg.Address == "" || reg.Picked() {
 		return nil
 	}
 	other, err := h.unconsenting(ctx, reg)

@@ -437,11 +437,23 @@ func registerElsewhere(w *world, address string) {
 
 func holdOutside(w *world, secret ipamapi.Secret, zone, address string) {
 	w.t.Helper()
+	_, err := w.outsider().Register(w.ctx, outside(secret, zone, address))
+	must(w.t, err)
+}
+
+// outside is the request of someone outside the cluster for address, under an identity
+// of its own ("elsewhere-" and the address).
+func outside(secret ipamapi.Secret, zone, address string) ipamapi.Request {
+	return ipamapi.Request{Secret: secret, Zone: zone, Family: ipamapi.FamilyIPv4, Address: address,
+		Identity: ipamapi.Identity{ServiceName: "elsewhere-" + address, NamespaceID: "x", ClusterID: "y"}}
+}
+
+// outsider is an IPAM-API client of someone outside the cluster.
+func (w *world) outsider() ipamapi.Client {
+	w.t.Helper()
 	api, err := ipamapi.NewClient(w.url, ipamapi.Options{})
 	must(w.t, err)
-	_, err = api.Register(w.ctx, ipamapi.Request{Secret: secret, Zone: zone, Family: ipamapi.FamilyIPv4, Address: address,
-		Identity: ipamapi.Identity{ServiceName: "elsewhere", NamespaceID: "x", ClusterID: "y"}})
-	must(w.t, err)
+	return api
 }
 
 func readyOf(c *ipamv1.IPAddressClaim) *metav1.Condition {

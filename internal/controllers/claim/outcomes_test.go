@@ -2,6 +2,7 @@ package claim_test
 
 import (
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -14,7 +15,6 @@ import (
 
 	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/record"
-	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi/sim"
 )
 
@@ -266,17 +266,11 @@ func TestSecretNotProtectedYet(t *testing.T) {
 	t.Run("a subnet candidate another holder of the Secret has", func(t *testing.T) {
 		w := newWorld(t)
 		pools(w)
-		api, err := ipamapi.NewClient(w.url, ipamapi.Options{})
-		must(t, err)
 		// The first usable address of the subnet, held outside the cluster under the
 		// same Secret value.
-		_, err = api.Register(w.ctx, ipamapi.Request{Secret: "old-secret-value-1", Zone: "hnet-private", Family: ipamapi.FamilyIPv4,
-			Address: "10.50.0.2/32", Identity: ipamapi.Identity{ServiceName: "elsewhere", NamespaceID: "x", ClusterID: "y"}})
-		must(t, err)
+		holdOutside(w, "old-secret-value-1", "hnet-private", "10.50.0.2/32")
 		// The second, under another value: the IPAM-API refuses it to the claim.
-		_, err = api.Register(w.ctx, ipamapi.Request{Secret: "another-value-3", Zone: "hnet-private", Family: ipamapi.FamilyIPv4,
-			Address: "10.50.0.3/32", Identity: ipamapi.Identity{ServiceName: "elsewhere", NamespaceID: "x", ClusterID: "y"}})
-		must(t, err)
+		holdOutside(w, "another-value-3", "hnet-private", "10.50.0.3/32")
 		w.create(claimObj("c", "subnet", map[string]string{ipamv1alpha1.SecretAnnotation: "old"}))
 		// One registration per reconcile: .2 is given back, .3 skipped, .4 bound, each
 		// candidate recorded before it is sent.
@@ -296,7 +290,7 @@ func TestSecretNotProtectedYet(t *testing.T) {
 		}
 		for _, a := range []string{"10.50.0.2/32", "10.50.0.3/32"} {
 			for _, h := range w.api.Holders(a) {
-				if h.ServiceName != "elsewhere" && h.State == sim.HoldLive {
+				if h.ServiceName != "elsewhere-"+a && h.State == sim.HoldLive {
 					t.Errorf("%s is held by %+v too, want its owner alone", a, h)
 				}
 			}
@@ -312,13 +306,7 @@ func TestSecretNotProtectedYet(t *testing.T) {
 func TestASubnetHeldElsewhereIsTriedOnceAnAddress(t *testing.T) {
 	w := newWorld(t)
 	pools(w)
-	api, err := ipamapi.NewClient(w.url, ipamapi.Options{})
-	must(t, err)
-	holdElsewhere := func(addr string) {
-		_, err = api.Register(w.ctx, ipamapi.Request{Secret: "another-value-3", Zone: "hnet-private", Family: ipamapi.FamilyIPv4,
-			Address: addr, Identity: ipamapi.Identity{ServiceName: "elsewhere-" + addr, NamespaceID: "x", ClusterID: "y"}})
-		must(t, err)
-	}
+	holdElsewhere := func(addr string) { holdOutside(w, "another-value-3", "hnet-private", addr) }
 	registrations := func() int { return w.api.Stats().Total(sim.RouteRegister) }
 	w.create(&ipamv1alpha1.VitistackIPPool{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "big"},
 		Spec: ipamv1alpha1.VitistackIPPoolSpec{Zone: "hnet-private", IPFamily: ipamv1alpha1.IPv4, Subnet: "10.51.0.0/26", Gateway: "10.51.0.1"}})
@@ -368,8 +356,6 @@ func TestASubnetHeldElsewhereIsTriedOnceAnAddress(t *testing.T) {
 func TestABoundSubnetClaimThatLostItsAddressTakesNoOther(t *testing.T) {
 	w := newWorld(t)
 	pools(w)
-	api, err := ipamapi.NewClient(w.url, ipamapi.Options{})
-	must(t, err)
 	w.create(&ipamv1alpha1.VitistackIPPool{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "small"},
 		Spec: ipamv1alpha1.VitistackIPPoolSpec{Zone: "hnet-private", IPFamily: ipamv1alpha1.IPv4, Subnet: "10.53.0.0/29", Gateway: "10.53.0.1"}})
 	w.create(claimObj("c", "small", map[string]string{ipamv1alpha1.SecretAnnotation: "old"}))
@@ -380,16 +366,11 @@ func TestABoundSubnetClaimThatLostItsAddressTakesNoOther(t *testing.T) {
 	}
 	rec, err := record.OnAddress(addr.Labels, addr.Annotations)
 	must(t, err)
-	_, err = api.Release(w.ctx, rec.Request("old-secret-value-1"))
+	_, err = w.outsider().Release(w.ctx, rec.Request("old-secret-value-1"))
 	must(t, err)
 	w.api.Sweep()
-	hold := func(secret ipamapi.Secret, address string) {
-		_, err := api.Register(w.ctx, ipamapi.Request{Secret: secret, Zone: "hnet-private", Family: ipamapi.FamilyIPv4,
-			Address: address, Identity: ipamapi.Identity{ServiceName: "elsewhere-" + address, NamespaceID: "x", ClusterID: "y"}})
-		must(t, err)
-	}
-	hold("another-value-3", "10.53.0.2/32")
-	hold("old-secret-value-1", "10.53.0.3/32")
+	holdOutside(w, "another-value-3", "hnet-private", "10.53.0.2/32")
+	holdOutside(w, "old-secret-value-1", "hnet-private", "10.53.0.3/32")
 	must(t, w.direct.Delete(w.ctx, addr))
 
 	w.settle()
@@ -402,7 +383,7 @@ func TestABoundSubnetClaimThatLostItsAddressTakesNoOther(t *testing.T) {
 		}
 	}
 	c := readyOf(w.get(claimObj("c", "", nil)).(*ipamv1.IPAddressClaim))
-	if c == nil || c.Status != metav1.ConditionFalse || !strings.Contains(c.Message, "10.53.0.2/32, which it was bound to, is held under another secret") {
+	if c == nil || c.Status != metav1.ConditionFalse || !strings.Contains(c.Message, "10.53.0.2/32, which it was registered with, is held under another secret") {
 		t.Fatalf("the claim's Ready condition is %+v, want False, saying 10.53.0.2 is held under another secret", c)
 	}
 	// Refused: nothing more is sent until something changes, and still nothing is bound.
@@ -421,30 +402,54 @@ func TestABoundSubnetClaimThatLostItsAddressTakesNoOther(t *testing.T) {
 func TestASkippedCandidateIsNotHeldByTheClaimThatSkippedIt(t *testing.T) {
 	w := newWorld(t)
 	pools(w)
-	api, err := ipamapi.NewClient(w.url, ipamapi.Options{})
-	must(t, err)
-	elsewhere := func(addr string) ipamapi.Request {
-		return ipamapi.Request{Secret: "another-value-3", Zone: "hnet-private", Family: ipamapi.FamilyIPv4,
-			Address: addr, Identity: ipamapi.Identity{ServiceName: "elsewhere-" + addr, NamespaceID: "x", ClusterID: "y"}}
-	}
 	w.create(&ipamv1alpha1.VitistackIPPool{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "full"},
 		Spec: ipamv1alpha1.VitistackIPPoolSpec{Zone: "hnet-private", IPFamily: ipamv1alpha1.IPv4, Subnet: "10.54.0.0/29", Gateway: "10.54.0.1"}})
 	for i := 2; i <= 6; i++ {
-		_, err := api.Register(w.ctx, elsewhere(fmt.Sprintf("10.54.0.%d/32", i)))
-		must(t, err)
+		holdOutside(w, "another-value-3", "hnet-private", fmt.Sprintf("10.54.0.%d/32", i))
 	}
 	w.create(claimObj("x", "full", map[string]string{ipamv1alpha1.SecretAnnotation: "old"}))
 	w.settle()
 	if c := readyOf(w.get(claimObj("x", "", nil)).(*ipamv1.IPAddressClaim)); c == nil || c.Reason != ipamv1.IPAddressClaimReadyPoolExhaustedReason {
 		t.Fatalf("the claim's Ready condition is %+v, want PoolExhausted:\n%s", c, w.describe())
 	}
-	_, err = api.Release(w.ctx, elsewhere("10.54.0.4/32"))
+	_, err := w.outsider().Release(w.ctx, outside("another-value-3", "hnet-private", "10.54.0.4/32"))
 	must(t, err)
 	w.api.Sweep()
 	w.create(claimObj("by-name", "full", map[string]string{ipamv1alpha1.SecretAnnotation: "old", ipamv1alpha1.AddressesAnnotation: "10.54.0.4"}))
 	w.settle()
 	if a := w.addressOf("by-name"); a == nil || a.Spec.Address != "10.54.0.4" {
 		t.Fatalf("the claim asking for 10.54.0.4, freed elsewhere and only skipped by x, is bound to %v:\n%s", a, w.describe())
+	}
+	w.check()
+}
+
+// A bound subnet claim whose IPAddress is lost keeps its registration through a refusal
+// the IPAM-API gives meanwhile (here: the zone refused as invalid), and once something
+// changes it sends its address again and is bound to it. A refusal proves that nothing
+// is held only for a request never answered; this claim's was (it was bound), and a
+// subnet claim that forgot its address could never learn it again.
+func TestALostIPAddressOutlivesARefusal(t *testing.T) {
+	w := newWorld(t)
+	pools(w)
+	w.create(claimObj("c", "subnet", map[string]string{ipamv1alpha1.SecretAnnotation: "old"}))
+	w.settle()
+	addr := w.addressOf("c")
+	if addr == nil || addr.Spec.Address != "10.50.0.2" {
+		t.Fatalf("the claim is bound to %v, want 10.50.0.2:\n%s", addr, w.describe())
+	}
+	w.api.SetFaultRoutes(sim.RouteRegister)
+	must(t, w.api.FailNext(1, http.StatusBadRequest, `{"message":"invalid zone 'hnet-private', must be one of: 'inet'"}`))
+	must(t, w.direct.Delete(w.ctx, addr))
+	w.settle()
+	c := w.get(claimObj("c", "", nil)).(*ipamv1.IPAddressClaim)
+	if r := readyOf(c); r == nil || r.Reason != ipamv1.IPAddressClaimReadyPoolNotReadyReason {
+		t.Fatalf("the claim's Ready condition is %+v, want PoolNotReady (the zone refused):\n%s", r, w.describe())
+	}
+	c.Annotations["example.com/looked-at"] = "yes" // any change of the claim counts
+	must(t, w.direct.Update(w.ctx, c))
+	w.settle()
+	if a := w.addressOf("c"); a == nil || a.Spec.Address != "10.50.0.2" {
+		t.Fatalf("the claim is bound to %v after the refusal, want 10.50.0.2 again:\n%s", a, w.describe())
 	}
 	w.check()
 }

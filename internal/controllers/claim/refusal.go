@@ -21,7 +21,7 @@ import (
 func (h *Handler) refuse(ctx context.Context, o outcome, secretVersion string, reg *record.Registration, nothingHeld bool) outcome {
 	// Kept while it may name something held: a registered address, or an unsettled attempt.
 	keep := reg
-	if !reg.Registered && (nothingHeld || reg.Attempt.IsZero()) {
+	if reg.Phase != record.PhaseRegistered && (nothingHeld || reg.Attempt.IsZero()) {
 		keep = nil
 	}
 	digest := h.inputs(reg, secretVersion)
@@ -68,7 +68,7 @@ func (h *Handler) inputs(reg *record.Registration, secret string) string {
 	add(reg.Key())
 	add(reg.Secret.String())
 	add(secret)
-	if !reg.Candidate {
+	if !reg.Picked() {
 		add(reg.Address)
 	}
 	add(string(h.claim.UID))

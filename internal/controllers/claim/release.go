@@ -32,21 +32,20 @@ func (h *Handler) release(ctx context.Context) outcome {
 		h.forget()
 		return outcome{}
 	}
-	if !reg.Registered && reg.Attempt.IsZero() {
+	if reg.Phase != record.PhaseRegistered && reg.Attempt.IsZero() {
 		// Nothing was sent under this pending record (or that is settled): nothing is held.
 		return h.released(ctx, reg, "Dropped a registration record that was never sent: nothing to release")
 	}
-	if !reg.Registered && h.wasBound() {
-		// The IPAddress went first (as in a namespace's deletion): release as registered, with
-		// retention. A routed-mode pending record names no address: sending it again learns it below.
-		reg.Registered = true
-	}
+	// A claim once bound whose IPAddress went first (as in a namespace's deletion) is released
+	// as registered, with retention. A routed-mode record may name no address: sending it
+	// again learns it below.
+	h.answeredIfBound(reg)
 	if _, moving := h.claim.Annotations[clusterctlv1.DeleteForMoveAnnotation]; moving {
 		ctrl.LoggerFrom(ctx).V(2).Info("Claim deleted by clusterctl move, keeping its address registered")
 		h.forget()
 		return outcome{}
 	}
-	if cur, _ := record.OnClaim(h.claim.Annotations); cur != nil && !cur.RotatingTo.IsZero() && reg.Registered && !cur.RotatingTo.Equal(reg.Secret) {
+	if cur, _ := record.OnClaim(h.claim.Annotations); cur != nil && !cur.RotatingTo.IsZero() && reg.Phase == record.PhaseRegistered && !cur.RotatingTo.Equal(reg.Secret) {
 		newOwns, err := h.ownedBy(ctx, reg, cur.RotatingTo)
 		if err != nil {
 			return releaseFailed(fmt.Sprintf("finding out whether the rotation of %s to the secret %s happened: %v", reg.Address, cur.RotatingTo, err))
@@ -56,7 +55,7 @@ func (h *Handler) release(ctx context.Context) outcome {
 		}
 	}
 	// The claim's retention annotation wins: the IPAddress may not show a change made just now.
-	if want := *reg; h.overrides(&want) == nil && reg.Registered {
+	if want := *reg; h.overrides(&want) == nil && reg.Phase == record.PhaseRegistered {
 		reg.RetentionPeriodDays = want.RetentionPeriodDays
 	}
 	api, err := h.API(ctx, reg)
@@ -79,7 +78,7 @@ func (h *Handler) release(ctx context.Context) outcome {
 			sec.Ref.Name, sec.Ref.Key, orPending(reg.Address)), h.secretRecheck())
 	}
 
-	if !reg.Registered {
+	if reg.Phase != record.PhaseRegistered {
 		// Sent, but never answered: the user never saw the address, so it goes without
 		// retention, once the request has certainly ended (see InFlight.Busy).
 		reg.RetentionPeriodDays = 0
@@ -112,7 +111,7 @@ func (h *Handler) release(ctx context.Context) outcome {
 	}
 	if _, err := api.Release(ctx, reg.Request(sec.Value)); err != nil {
 		// Under the owning value, "not held" means released already (or by the retention sweeper).
-		if !ipamapi.IsNotHeld(err) && (reg.Registered || ipamapi.ClassOf(err) != ipamapi.ClassValidation) {
+		if !ipamapi.IsNotHeld(err) && (reg.Phase == record.PhaseRegistered || ipamapi.ClassOf(err) != ipamapi.ClassValidation) {
 			return releaseFailed(err.Error())
 		}
 		return h.released(ctx, reg, "The IPAM-API did not hold the address (any more): nothing to release")
@@ -127,14 +126,10 @@ func (h *Handler) release(ctx context.Context) outcome {
 	return o
 }
 
-// wasBound reports whether the claim was ever bound: addressRef is set only once its IPAddress
-// was created from an answer, and never cleared, so it outweighs a pending record on the claim.
-func (h *Handler) wasBound() bool { return h.claim.Status.AddressRef.Name != "" }
-
-// mayStillBeInFlight is InFlight.MayStillBeInFlight, but 0 for a claim once bound: its request
-// was answered.
+// mayStillBeInFlight is InFlight.MayStillBeInFlight, but 0 for a registered record: its
+// request was answered.
 func (h *Handler) mayStillBeInFlight(reg *record.Registration) time.Duration {
-	if h.wasBound() {
+	if reg.Phase == record.PhaseRegistered {
 		return 0
 	}
 	return h.InFlight.MayStillBeInFlight(h.claim.UID, reg)

@@ -202,7 +202,7 @@ func (h *Handler) pick(ctx context.Context, plan *subnet.Plan, reg *record.Regis
 				"usable address is in use, excluded or held elsewhere; the claim binds when one frees up", h.pool.PoolSpec().Subnet,
 				h.claim.Spec.PoolRef.Kind, h.pool.GetName())))
 		}
-		reg.Address, reg.Candidate, reg.Attempt = netip.PrefixFrom(cand, cand.BitLen()).String(), true, time.Time{}
+		reg.Address, reg.Phase, reg.Attempt = netip.PrefixFrom(cand, cand.BitLen()).String(), record.PhaseCandidate, time.Time{}
 		// Another claim of this process may be registering it, its record not cached yet.
 		if _, ok := h.InFlight.ReserveAddress(ctx, reg.HostKey(), "", h.claim); ok {
 			return nil
@@ -211,11 +211,11 @@ func (h *Handler) pick(ctx context.Context, plan *subnet.Plan, reg *record.Regis
 	}
 }
 
-// decline gives back a candidate someone else holds (Declined is recorded first: after a
-// restart it is given back, never accepted), then skips it.
+// decline gives back a candidate someone else holds (the Declining phase is recorded first:
+// after a restart it is given back, never taken), then skips it.
 func (h *Handler) decline(ctx context.Context, api ipamapi.Client, sec *registrar.Secret, reg *record.Registration) outcome {
-	if !reg.Declined {
-		reg.Declined = true
+	if reg.Phase != record.PhaseDeclining {
+		reg.Phase = record.PhaseDeclining
 		if err := h.writeRecord(ctx, reg, nil); err != nil {
 			return transient(err)
 		}
@@ -241,7 +241,7 @@ func (h *Handler) skip(ctx context.Context, reg *record.Registration) outcome {
 		h.subnets.markTaken(subnetKey(reg.Endpoint, reg.Zone), a)
 	}
 	// The record stays, without an address: it keeps the Secret protected for the next.
-	reg.Address, reg.Candidate, reg.Attempt, reg.Declined = "", false, time.Time{}, false
+	reg.Address, reg.Phase, reg.Attempt = "", record.PhasePending, time.Time{}
 	if err := h.writeRecord(ctx, reg, nil); err != nil {
 		return transient(err)
 	}
@@ -251,7 +251,7 @@ func (h *Handler) skip(ctx context.Context, reg *record.Registration) outcome {
 
 // setRecordIfAny writes the claim's record now, or removes it when it names nothing.
 func (h *Handler) setRecordIfAny(ctx context.Context, reg *record.Registration) error {
-	if reg.Address == "" && !reg.Registered {
+	if reg.Address == "" && reg.Phase != record.PhaseRegistered {
 		if _, ok := h.claim.Annotations[ipamv1alpha1.RegistrationAnnotation]; !ok {
 			return nil
 		}

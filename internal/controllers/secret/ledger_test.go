@@ -65,7 +65,7 @@ func started(t *testing.T, p *secret.Protector) []types.NamespacedName {
 func claimRecording(secretRef record.ObjectRef) *ipamv1.IPAddressClaim {
 	c := &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "node-1"}}
 	reg := &record.Registration{Endpoint: "http://ipam", Zone: "inet", Family: ipamapi.FamilyIPv4, Address: "10.0.0.1/32",
-		Identity: ipamapi.Identity{ServiceName: "node-1", NamespaceID: "ns", ClusterID: "cluster"}, Secret: secretRef, Registered: true}
+		Identity: ipamapi.Identity{ServiceName: "node-1", NamespaceID: "ns", ClusterID: "cluster"}, Secret: secretRef, Phase: record.PhaseRegistered}
 	reg.SetOn(c)
 	return c
 }
