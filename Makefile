@@ -192,7 +192,7 @@ test-kube: test-assets e2e-assets $(PROMETHEUS) $(HELM) $(PREVIOUS_MANAGER) ## O
 	@echo "Testing on Kubernetes $(KUBE_VERSION) (etcd $(ETCD_VERSION))"
 	@$(PROGRESS) "Running the suites that start a control plane (~3 min)" -- \
 		go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) $(CONTROL_PLANE_PACKAGES_BUT_E2E)
-	@$(PROGRESS) "Running the end-to-end suite$(if $(RUN), ($(RUN)))" -- \
+	@$(PROGRESS) "Running the end-to-end suite$(if $(RUN), (the tests RUN picks))" -- \
 		go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) $(if $(RUN),-run '$(RUN)') ./test/e2e/
 
 # On the oldest Kubernetes, CI runs the end-to-end tests whose outcome depends on the API

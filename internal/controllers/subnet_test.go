@@ -277,3 +277,21 @@ func TestACutShortSubnetCheckWaitsOutItsRequest(t *testing.T) {
 	g.Expect(holdersOf("10.69.0.0/32")).To(HaveEach(HaveField("ExpiresAt", Not(BeNil()))), "the old check's address is released")
 	poolReady(t, pool, metav1.ConditionTrue, "Ready", "accepts zone hnet-private")
 }
+
+// A subnet check cut short whose address cannot be given back (the pool's IPAM-API does
+// not answer) says so on the pool at once, the record staying until it is given back;
+// it is tried again a minute later, not after the controller's back-off.
+func TestACutShortSubnetCheckThatCannotBeFinishedSaysWhy(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	id := `{"serviceName":"vitistack-ipam-subnet-probe","namespaceID":"a-pool-uid-of-before","clusterID":"` + uidOf(t, "kube-system") + `"}`
+	spec := subnetPool("hnet-private", ipamv1alpha1.IPv4, "10.70.0.0/29", "10.70.0.1")
+	spec.Endpoint = "http://127.0.0.1:1"
+	pool := &ipamv1alpha1.VitistackIPPool{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "cut-short-unreachable",
+		Annotations: map[string]string{ipamv1alpha1.SubnetProbeAnnotation: `{"address":"10.70.0.0/32","identity":` + id + `}`}}, Spec: spec}
+	g.Expect(env.Client.Create(ctx, pool)).To(Succeed())
+	poolReady(t, pool, metav1.ConditionFalse, "IPAMAPIUnreachable",
+		"the address 10.70.0.0/32, which a check of the pool's subnet that was cut short registered, could not be given back")
+	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(pool), pool)).To(Succeed())
+	g.Expect(pool.Annotations).To(HaveKey(ipamv1alpha1.SubnetProbeAnnotation), "the record stays until the address is given back")
+}

@@ -110,9 +110,10 @@ func (c *ControlPlane) RouteWebhooks(ctx context.Context) error {
 }
 
 // RouteWebhooksTo points the webhook configurations at m, for when the manager started
-// last is stopped and m runs on.
+// last is stopped and m runs on; configurations installed later are routed to m too.
 func (c *ControlPlane) RouteWebhooksTo(ctx context.Context, m *Manager) error {
-	return c.routeWebhooks(ctx, m.webhookPort)
+	c.webhookPort = m.webhookPort
+	return c.RouteWebhooks(ctx)
 }
 
 func (c *ControlPlane) routeWebhooks(ctx context.Context, port int) error {

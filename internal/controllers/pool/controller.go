@@ -168,10 +168,22 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if wait, err := r.finishSubnetProbe(ctx, pool); err != nil || wait > 0 {
-		return ctrl.Result{RequeueAfter: wait}, err
+	wait, fail, err := r.finishSubnetProbe(ctx, pool)
+	switch {
+	case err != nil:
+		return ctrl.Result{}, err
+	case fail == nil && wait > 0:
+		return ctrl.Result{RequeueAfter: wait}, nil
 	}
-	p := r.readiness(ctx, req.NamespacedName, pool)
+	var p probe
+	if fail != nil {
+		// Shown on the pool and tried again in a minute, not after the controller's back-off
+		// (up to 1,000 s). The pool is not checked meanwhile: its subnet check would
+		// register under the same identity.
+		p = probe{at: time.Now(), next: time.Minute, result: *fail}
+	} else {
+		p = r.readiness(ctx, req.NamespacedName, pool)
+	}
 	r.compute(pool, facts, p.result)
 	if err := helper.Patch(ctx, pool, patch.WithOwnedConditions{Conditions: []string{ipamv1alpha1.PoolReadyCondition, ipamv1alpha1.PoolExhaustedCondition}}); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)

@@ -50,8 +50,9 @@ func (r *Reconciler) checkSubnet(ctx context.Context, pool ipamv1alpha1.Pool, t 
 	class := ipamapi.ClassOf(err)
 	if class != ipamapi.ClassNotInZone && class != ipamapi.ClassWrongSecret && class != ipamapi.ClassValidation {
 		// Registered, or perhaps registered: given back before the record goes.
-		if err := r.releaseProbe(ctx, pool, api, &probe, secret); err != nil {
-			ctrl.LoggerFrom(ctx).Error(err, "Releasing the address of the pool's subnet check; retried")
+		if wait, err := r.releaseProbe(ctx, pool, api, &probe, secret); err != nil || wait > 0 {
+			// The record stays on the pool: its next reconcile gives the address back.
+			ctrl.LoggerFrom(ctx).Info("The address of the pool's subnet check is given back later", "address", probe.Address, "reason", err, "after", wait)
 			return nil, false
 		}
 	} else if err := r.setProbe(ctx, pool, nil); err != nil {
@@ -77,39 +78,52 @@ type probeRecord struct {
 // finishSubnetProbe releases the address of a subnet check that was cut short (the
 // record is still on the pool) and takes the record off, once its registration can no
 // longer be carried out (wait: come back then): a release that overtook it would leave
-// the address registered for good.
-func (r *Reconciler) finishSubnetProbe(ctx context.Context, pool ipamv1alpha1.Pool) (wait time.Duration, err error) {
+// the address registered for good. fail says why the address cannot be given back now
+// (the pool's Ready condition shows it); err is a failed write of the pool.
+func (r *Reconciler) finishSubnetProbe(ctx context.Context, pool ipamv1alpha1.Pool) (wait time.Duration, fail *check, err error) {
 	value, ok := pool.GetAnnotations()[ipamv1alpha1.SubnetProbeAnnotation]
 	if !ok {
-		return 0, nil
+		return 0, nil, nil
 	}
 	var rec probeRecord
 	if err := json.Unmarshal([]byte(value), &rec); err != nil || rec.Address == "" {
-		return 0, r.setProbe(ctx, pool, nil) // not the provider's: nothing it registered
+		return 0, nil, r.setProbe(ctx, pool, nil) // not the provider's: nothing it registered
 	}
 	t, fail := r.target(ctx, pool)
 	if fail != nil {
-		return 0, errors.Errorf("finishing the pool's subnet check: %s", fail.message)
+		return 0, &check{fail.reason, fmt.Sprintf("the address %s, which a check of the pool's subnet that was cut short registered, "+
+			"cannot be given back: %s", rec.Address, fail.message)}, nil
 	}
 	reg := &t.reg
 	reg.Address, reg.Identity, reg.RetentionPeriodDays, reg.Attempt = rec.Address, rec.Identity, 0, rec.Attempt
 	if wait := r.InFlight.MayStillBeInFlight(pool.GetUID(), reg); wait > 0 {
 		ctrl.LoggerFrom(ctx).V(1).Info("The pool's subnet check may still be carried out; releasing its address later", "address", reg.Address, "after", wait)
-		return wait, nil
+		return wait, nil, nil
 	}
-	return 0, r.releaseProbe(ctx, pool, t.api, reg, t.secret)
+	wait, err = r.releaseProbe(ctx, pool, t.api, reg, t.secret)
+	if e := (*ipamapi.Error)(nil); errors.As(err, &e) {
+		reason := ipamv1alpha1.PoolReadyIPAMAPIUnreachableReason
+		if e.Class == ipamapi.ClassBackendFailing {
+			reason = ipamv1alpha1.PoolReadyBackendFailingReason
+		}
+		return 0, &check{reason, fmt.Sprintf("the address %s, which a check of the pool's subnet that was cut short registered, "+
+			"could not be given back: %v; tried again in a minute", rec.Address, e)}, nil
+	}
+	return wait, nil, err
 }
 
 // releaseProbe gives the probe's address back (not held: given back already) and
-// takes the record off the pool.
-func (r *Reconciler) releaseProbe(ctx context.Context, pool ipamv1alpha1.Pool, api ipamapi.Client, probe *record.Registration, secret ipamapi.Secret) error {
+// takes the record off the pool. wait: a registration of the address may still be
+// carried out, and nothing was sent; an *ipamapi.Error: the IPAM-API did not release it.
+func (r *Reconciler) releaseProbe(ctx context.Context, pool ipamv1alpha1.Pool, api ipamapi.Client, probe *record.Registration,
+	secret ipamapi.Secret) (wait time.Duration, err error) {
 	if left := r.InFlight.Busy(probe); left > 0 {
-		return errors.Errorf("the registration of %s to check the pool's subnet may still be carried out; releasing it after %s", probe.Address, left.Round(time.Second))
+		return left, nil
 	}
 	if _, err := api.Release(ipamapi.WithOperation(ctx, ipamapi.OpProbe), probe.Request(secret)); err != nil && ipamapi.ClassOf(err) != ipamapi.ClassNotHeld {
-		return errors.Wrapf(err, "releasing %s, registered to check the pool's subnet against its zone", probe.Address)
+		return 0, errors.Wrapf(err, "releasing %s, registered to check the pool's subnet against its zone", probe.Address)
 	}
-	return r.setProbe(ctx, pool, nil)
+	return 0, r.setProbe(ctx, pool, nil)
 }
 
 // setProbe records a subnet check's registration on the pool (nil: takes it off).
