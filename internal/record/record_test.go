@@ -82,6 +82,22 @@ func TestPhaseOnTheWire(t *testing.T) {
 	}
 }
 
+// A registered record without an address (a claim once bound, whose record was made
+// before the answer) is not "registered" to v0.1.0: it learns the address before it
+// releases, rather than releasing nothing.
+func TestARegisteredRecordWithoutAnAddressIsPendingToV010(t *testing.T) {
+	g := NewWithT(t)
+	r := full()
+	r.Address = ""
+	claim := &ipamv1.IPAddressClaim{}
+	r.SetOn(claim)
+	g.Expect(claim.Annotations[ipamv1alpha1.RegistrationAnnotation]).To(And(ContainSubstring(`"phase":"Registered"`),
+		Not(ContainSubstring(`"registered"`))))
+	got, err := record.OnClaim(claim.Annotations)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(got.Phase).To(Equal(record.PhaseRegistered))
+}
+
 // Broken records are refused with a message naming the annotation.
 func TestBrokenRecords(t *testing.T) {
 	for name, ann := range map[string]map[string]string{

@@ -58,7 +58,8 @@ const (
 	// PhaseDeclining means that the candidate is held by someone else; this claim's hold on it is
 	// being given back. After a restart it is given back, never taken.
 	PhaseDeclining Phase = "Declining"
-	// PhaseRegistered means that the IPAM-API answered with Address.
+	// PhaseRegistered means that the IPAM-API answered with Address (a claim once bound
+	// whose record was made before the answer may not name it: sending it again learns it).
 	PhaseRegistered Phase = "Registered"
 )
 
@@ -67,7 +68,9 @@ const (
 func (r *Registration) Picked() bool { return r.Phase == PhaseCandidate || r.Phase == PhaseDeclining }
 
 // onWire is the record as JSON: the phase, and for v0.1.0 (which reads it on a
-// downgrade) the same phase as the three flags it knows.
+// downgrade) the same phase as the three flags it knows. A registered record without an
+// address is not "registered" to v0.1.0, which then learns the address before releasing
+// it (it would release nothing).
 type onWire struct {
 	plain
 	Registered bool `json:"registered,omitempty"`
@@ -79,11 +82,12 @@ type plain Registration // without the JSON methods
 
 // MarshalJSON writes the record with its phase in both forms.
 func (r Registration) MarshalJSON() ([]byte, error) {
-	return json.Marshal(onWire{plain: plain(r), Registered: r.Phase == PhaseRegistered, Candidate: r.Picked(),
+	return json.Marshal(onWire{plain: plain(r), Registered: r.Phase == PhaseRegistered && r.Address != "", Candidate: r.Picked(),
 		Declined: r.Phase == PhaseDeclining})
 }
 
-// UnmarshalJSON reads a record; one without a phase (written by v0.1.0) has it from the flags.
+// UnmarshalJSON reads a record; one without a phase it knows (written by v0.1.0, or by a
+// later version) has it from the flags.
 func (r *Registration) UnmarshalJSON(b []byte) error {
 	var w onWire
 	if err := json.Unmarshal(b, &w); err != nil {
@@ -91,7 +95,7 @@ func (r *Registration) UnmarshalJSON(b []byte) error {
 	}
 	*r = Registration(w.plain)
 	switch {
-	case r.Phase != "":
+	case r.Phase == PhasePending, r.Picked(), r.Phase == PhaseRegistered:
 	case w.Registered:
 		r.Phase = PhaseRegistered
 	case w.Declined:

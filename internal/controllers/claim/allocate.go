@@ -54,7 +54,10 @@ func (h *Handler) allocate(ctx context.Context, address *ipamv1.IPAddress) outco
 		// Its IPAddress was lost, or the claim was restored or moved without it: sent again
 		// with its address. Without one, a subnet's claim cannot know which it had.
 		if subnetMode && reg.Address == "" {
-			return lostAddress(reg, "is not known to it any more").final()
+			return lostAddress(reg, "its IPAddress was lost, and its record names no address").final()
+		}
+		if o := h.settleRotation(ctx, reg); o != nil {
+			return *o
 		}
 	case subnetMode:
 		if api, sec, o = h.subnetCandidate(ctx, reg); o != nil {
@@ -105,8 +108,9 @@ func (h *Handler) allocate(ctx context.Context, address *ipamv1.IPAddress) outco
 		return h.decline(ctx, api, sec, reg)
 	case err == nil:
 		return h.registered(ctx, address, reg, res)
-	case reg.Phase == record.PhaseRegistered && ipamapi.ClassOf(err) == ipamapi.ClassWrongSecret:
-		return h.refuse(ctx, lostAddress(reg, "is held under another secret now"), valueKey(reg.Secret, sec, nil), reg, false)
+	case h.everBound() && ipamapi.ClassOf(err) == ipamapi.ClassWrongSecret:
+		return h.refuse(ctx, lostAddress(reg, fmt.Sprintf("its IPAddress was lost, and the IPAM-API no longer holds %s for it: it is "+
+			"held under another secret now", reg.Address)), valueKey(reg.Secret, sec, nil), reg, false)
 	case candidate && ipamapi.ClassOf(err) == ipamapi.ClassWrongSecret:
 		return h.skip(ctx, reg)
 	case candidate && ipamapi.ClassOf(err) == ipamapi.ClassNotInZone:
@@ -120,12 +124,34 @@ func (h *Handler) allocate(ctx context.Context, address *ipamv1.IPAddress) outco
 }
 
 // answeredIfBound makes the record of a claim once bound Registered, whatever phase it was
-// written in: addressRef is set only once the claim's IPAddress was made from an answer (the
-// IPAddress took the record over then) and is never cleared.
+// written in: the IPAddress took the record over when it was made from an answer.
 func (h *Handler) answeredIfBound(reg *record.Registration) {
-	if h.claim.Status.AddressRef.Name != "" {
+	if h.everBound() {
 		reg.Phase = record.PhaseRegistered
 	}
+}
+
+// everBound reports whether the claim was ever bound: addressRef is set only once its
+// IPAddress was made from an answer, and never cleared.
+func (h *Handler) everBound() bool { return h.claim.Status.AddressRef.Name != "" }
+
+// settleRotation settles a rotation the record says was under way when the claim lost its
+// IPAddress: the secret that owns the address now is the one it is sent again under.
+func (h *Handler) settleRotation(ctx context.Context, reg *record.Registration) *outcome {
+	if reg.RotatingTo.IsZero() {
+		return nil
+	}
+	if !reg.RotatingTo.Equal(reg.Secret) {
+		newOwns, err := h.ownedBy(ctx, reg, reg.RotatingTo)
+		if err != nil {
+			return stop(transient(errors.Wrapf(err, "finding out whether the rotation of %s to the secret %s happened", reg.Address, reg.RotatingTo)))
+		}
+		if newOwns {
+			reg.Secret = reg.RotatingTo
+		}
+	}
+	reg.RotatingTo = record.ObjectRef{}
+	return nil
 }
 
 // subnetCandidate readies a subnet-mode registration that is not registered yet: the address
@@ -153,18 +179,13 @@ func (h *Handler) subnetCandidate(ctx context.Context, reg *record.Registration)
 	return api, sec, o
 }
 
-// lostAddress is the outcome of a registered claim (in practice, one bound whose IPAddress
-// was lost) whose address the IPAM-API no longer holds for it: it takes no other, for its
-// machine may use the one it had, and in subnet mode it would take a candidate held under
-// the same secret by someone else as its own.
+// lostAddress is the outcome of a claim once bound that cannot have its address back: it
+// takes no other, for its machine may use the one it had, and in subnet mode it would take
+// a candidate held under the same secret by someone else as its own.
 func lostAddress(reg *record.Registration, why string) outcome {
-	what := "The address it was registered with"
-	if reg.Address != "" {
-		what = "Address " + reg.Address + ", which it was registered with,"
-	}
-	return failed(ipamv1.IPAddressClaimReadyAllocationFailedReason, fmt.Sprintf("the IPAM-API no longer holds this claim's address "+
-		"for it (its IPAddress was lost). %s %s in zone %s. The claim takes no other address, as its machine may use that one: "+
-		"delete the claim (and its machine) to get a new one", what, why, reg.Zone)).withEvent(ipamv1alpha1.ClaimReadyAddressTakenReason)
+	return failed(ipamv1.IPAddressClaimReadyAllocationFailedReason, fmt.Sprintf("%s (zone %s). The claim takes no other address, "+
+		"as its machine may use the one it had: delete the claim (and its machine) to get a new one", why, reg.Zone)).
+		withEvent(ipamv1alpha1.ClaimReadyAddressTakenReason)
 }
 
 // connect resolves the IPAM-API client and the owning Secret of an unbound claim's

@@ -383,7 +383,7 @@ func TestABoundSubnetClaimThatLostItsAddressTakesNoOther(t *testing.T) {
 		}
 	}
 	c := readyOf(w.get(claimObj("c", "", nil)).(*ipamv1.IPAddressClaim))
-	if c == nil || c.Status != metav1.ConditionFalse || !strings.Contains(c.Message, "10.53.0.2/32, which it was registered with, is held under another secret") {
+	if c == nil || c.Status != metav1.ConditionFalse || !strings.Contains(c.Message, "no longer holds 10.53.0.2/32 for it: it is held under another secret now") {
 		t.Fatalf("the claim's Ready condition is %+v, want False, saying 10.53.0.2 is held under another secret", c)
 	}
 	// Refused: nothing more is sent until something changes, and still nothing is bound.
@@ -429,12 +429,8 @@ func TestASkippedCandidateIsNotHeldByTheClaimThatSkippedIt(t *testing.T) {
 // is held only for a request never answered; this claim's was (it was bound), and a
 // subnet claim that forgot its address could never learn it again.
 func TestALostIPAddressOutlivesARefusal(t *testing.T) {
-	w := newWorld(t)
-	pools(w)
-	w.create(claimObj("c", "subnet", map[string]string{ipamv1alpha1.SecretAnnotation: "old"}))
-	w.settle()
-	addr := w.addressOf("c")
-	if addr == nil || addr.Spec.Address != "10.50.0.2" {
+	w, addr := boundUnder(t, "c", "subnet", "old")
+	if addr.Spec.Address != "10.50.0.2" {
 		t.Fatalf("the claim is bound to %v, want 10.50.0.2:\n%s", addr, w.describe())
 	}
 	w.api.SetFaultRoutes(sim.RouteRegister)
@@ -452,4 +448,54 @@ func TestALostIPAddressOutlivesARefusal(t *testing.T) {
 		t.Fatalf("the claim is bound to %v after the refusal, want 10.50.0.2 again:\n%s", a, w.describe())
 	}
 	w.check()
+}
+
+// A bound claim whose IPAddress is lost while a rotation of its address to another
+// Secret is under way (the IPAM-API moved it; the IPAddress did not show it yet) gets
+// its address back under the Secret that owns it now, and the intent goes.
+func TestALostIPAddressAfterARotationComesBackUnderTheNewSecret(t *testing.T) {
+	w, addr := boundUnder(t, "r", "routed", "old")
+	rec, err := record.OnAddress(addr.Labels, addr.Annotations)
+	must(t, err)
+	// What a manager that died mid-rotation leaves: the intent on the claim, the address
+	// moved in the IPAM-API, the IPAddress as it was; then the IPAddress is lost.
+	c := w.get(claimObj("r", "", nil)).(*ipamv1.IPAddressClaim)
+	intent := *rec
+	intent.RotatingTo = record.ObjectRef{Namespace: "apps", Name: "new", Key: "secret"}
+	intent.SetOn(c)
+	c.Annotations[ipamv1alpha1.SecretAnnotation] = "new"
+	must(t, w.direct.Update(w.ctx, c))
+	rotate := rec.Request("old-secret-value-1")
+	rotate.NewSecret = "new-secret-value-2"
+	_, err = w.outsider().Register(w.ctx, rotate)
+	must(t, err)
+	must(t, w.direct.Delete(w.ctx, addr))
+
+	w.settle()
+	a := w.addressOf("r")
+	if a == nil || a.Spec.Address+"/32" != rec.Address {
+		t.Fatalf("the claim is bound to %v after losing its IPAddress mid-rotation, want %s again:\n%s", a, rec.Address, w.describe())
+	}
+	if got := a.Annotations[ipamv1alpha1.RegisteredSecretRefAnnotation]; got != "apps/new/secret" {
+		t.Errorf("the IPAddress records the secret %q, want apps/new/secret (the one that owns the address)", got)
+	}
+	if cur, _ := record.OnClaim(w.get(claimObj("r", "", nil)).GetAnnotations()); cur != nil && !cur.RotatingTo.IsZero() {
+		t.Errorf("the rotation intent stayed on the claim: %+v", cur)
+	}
+	w.check()
+}
+
+// boundUnder is a world with the pools, and a claim of pool under the Secret secret, bound;
+// and its IPAddress.
+func boundUnder(t *testing.T, claim, pool, secret string) (*world, *ipamv1.IPAddress) {
+	t.Helper()
+	w := newWorld(t)
+	pools(w)
+	w.create(claimObj(claim, pool, map[string]string{ipamv1alpha1.SecretAnnotation: secret}))
+	w.settle()
+	addr := w.addressOf(claim)
+	if addr == nil {
+		t.Fatalf("claim %s of pool %s is not bound:\n%s", claim, pool, w.describe())
+	}
+	return w, addr
 }

@@ -191,7 +191,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if pool.GetResourceVersion() != "" {
 		r.controller.DeferNextReconcileUntilCacheUpToDate(pool, capicontroller.StructuredObject(ipamv1alpha1.GroupVersion, r.Kind), pool.GetResourceVersion())
 	}
-	if !pool.GetDeletionTimestamp().IsZero() {
+	if !pool.GetDeletionTimestamp().IsZero() && fail == nil {
 		return ctrl.Result{}, nil
 	}
 	return ctrl.Result{RequeueAfter: max(p.next-time.Since(p.at), time.Second)}, nil

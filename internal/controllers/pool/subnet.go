@@ -102,12 +102,14 @@ func (r *Reconciler) finishSubnetProbe(ctx context.Context, pool ipamv1alpha1.Po
 	}
 	wait, err = r.releaseProbe(ctx, pool, t.api, reg, t.secret)
 	if e := (*ipamapi.Error)(nil); errors.As(err, &e) {
-		reason := ipamv1alpha1.PoolReadyIPAMAPIUnreachableReason
-		if e.Class == ipamapi.ClassBackendFailing {
-			reason = ipamv1alpha1.PoolReadyBackendFailingReason
+		// Why the IPAM-API refuses, in the pool's own terms: its readiness check.
+		c := checkZone(ctx, pool, *t)
+		if c.reason == ipamv1alpha1.PoolReadyReason {
+			c.reason = ipamv1alpha1.PoolReadyIPAMAPIUnreachableReason
 		}
-		return 0, &check{reason, fmt.Sprintf("the address %s, which a check of the pool's subnet that was cut short registered, "+
-			"could not be given back: %v; tried again in a minute", rec.Address, e)}, nil
+		c.message = fmt.Sprintf("the address %s, which a check of the pool's subnet that was cut short registered, could not be "+
+			"given back (%v); tried again in a minute. The readiness check: %s", rec.Address, e, c.message)
+		return 0, &c, nil
 	}
 	return wait, nil, err
 }
