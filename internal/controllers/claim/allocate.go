@@ -135,25 +135,6 @@ func (h *Handler) answeredIfBound(reg *record.Registration) {
 // IPAddress was made from an answer, and never cleared.
 func (h *Handler) everBound() bool { return h.claim.Status.AddressRef.Name != "" }
 
-// settleRotation settles a rotation the record says was under way when the claim lost its
-// IPAddress: the secret that owns the address now is the one it is sent again under.
-func (h *Handler) settleRotation(ctx context.Context, reg *record.Registration) *outcome {
-	if reg.RotatingTo.IsZero() {
-		return nil
-	}
-	if !reg.RotatingTo.Equal(reg.Secret) {
-		newOwns, err := h.ownedBy(ctx, reg, reg.RotatingTo)
-		if err != nil {
-			return stop(transient(errors.Wrapf(err, "finding out whether the rotation of %s to the secret %s happened", reg.Address, reg.RotatingTo)))
-		}
-		if newOwns {
-			reg.Secret = reg.RotatingTo
-		}
-	}
-	reg.RotatingTo = record.ObjectRef{}
-	return nil
-}
-
 // subnetCandidate readies a subnet-mode registration that is not registered yet: the address
 // the user asked for must be usable in the subnet; without an address the next one is picked,
 // once the IPAM-API client and the Secret are resolved (returned; nil for an address the user

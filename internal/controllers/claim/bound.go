@@ -273,6 +273,25 @@ func (h *Handler) finishRotation(ctx context.Context, address *ipamv1.IPAddress,
 	return outcome{}, true
 }
 
+// settleRotation settles a rotation the record says was under way when the claim lost its
+// IPAddress: the secret that owns the address now is the one it is sent again under.
+func (h *Handler) settleRotation(ctx context.Context, reg *record.Registration) *outcome {
+	if reg.RotatingTo.IsZero() {
+		return nil
+	}
+	if !reg.RotatingTo.Equal(reg.Secret) {
+		newOwns, err := h.ownedBy(ctx, reg, reg.RotatingTo)
+		if err != nil {
+			return stop(transient(errors.Wrapf(err, "finding out whether the rotation of %s to the secret %s happened", reg.Address, reg.RotatingTo)))
+		}
+		if newOwns {
+			reg.Secret = reg.RotatingTo
+		}
+	}
+	reg.RotatingTo = record.ObjectRef{}
+	return nil
+}
+
 // ownedBy asks the IPAM-API whether the secret ref owns rec's address: registering it with that
 // secret succeeds only if so, or if it was free (registering it, as a rotation would have).
 func (h *Handler) ownedBy(ctx context.Context, rec *record.Registration, ref record.ObjectRef) (bool, error) {
