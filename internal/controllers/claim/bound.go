@@ -279,7 +279,7 @@ func (h *Handler) settleRotation(ctx context.Context, reg *record.Registration) 
 	if reg.RotatingTo.IsZero() {
 		return nil
 	}
-	if !reg.RotatingTo.Equal(reg.Secret) {
+	if !reg.RotatingTo.Equal(reg.Secret) && reg.Address != "" { // an intent always names its address
 		newOwns, err := h.ownedBy(ctx, reg, reg.RotatingTo)
 		if err != nil {
 			return stop(transient(errors.Wrapf(err, "finding out whether the rotation of %s to the secret %s happened", reg.Address, reg.RotatingTo)))
