@@ -56,9 +56,10 @@ func (h *Handler) allocate(ctx context.Context, address *ipamv1.IPAddress) outco
 		if subnetMode && reg.Address == "" {
 			return lostAddress(reg, "its IPAddress was lost, and its record names no address").final()
 		}
-		if o := h.settleRotation(ctx, reg); o != nil {
-			return *o
+		if err := h.settleRotation(ctx, reg, reg.RotatingTo); err != nil {
+			return transient(err)
 		}
+		reg.RotatingTo = record.ObjectRef{}
 	case subnetMode:
 		if api, sec, o = h.subnetCandidate(ctx, reg); o != nil {
 			return *o

@@ -273,22 +273,20 @@ func (h *Handler) finishRotation(ctx context.Context, address *ipamv1.IPAddress,
 	return outcome{}, true
 }
 
-// settleRotation settles a rotation the record says was under way when the claim lost its
-// IPAddress: the secret that owns the address now is the one it is sent again under.
-func (h *Handler) settleRotation(ctx context.Context, reg *record.Registration) *outcome {
-	if reg.RotatingTo.IsZero() {
+// settleRotation settles a rotation of reg's address to the secret to that a record says was
+// under way (none: to is zero): reg takes the secret that owns the address now. Used where
+// the IPAddress cannot show the outcome: it was lost, or the claim is being released.
+func (h *Handler) settleRotation(ctx context.Context, reg *record.Registration, to record.ObjectRef) error {
+	if to.IsZero() || to.Equal(reg.Secret) || reg.Address == "" { // an intent always names its address
 		return nil
 	}
-	if !reg.RotatingTo.Equal(reg.Secret) && reg.Address != "" { // an intent always names its address
-		newOwns, err := h.ownedBy(ctx, reg, reg.RotatingTo)
-		if err != nil {
-			return stop(transient(errors.Wrapf(err, "finding out whether the rotation of %s to the secret %s happened", reg.Address, reg.RotatingTo)))
-		}
-		if newOwns {
-			reg.Secret = reg.RotatingTo
-		}
+	newOwns, err := h.ownedBy(ctx, reg, to)
+	if err != nil {
+		return errors.Wrapf(err, "finding out whether the rotation of %s to the secret %s happened", reg.Address, to)
 	}
-	reg.RotatingTo = record.ObjectRef{}
+	if newOwns {
+		reg.Secret = to
+	}
 	return nil
 }
 

@@ -45,13 +45,9 @@ func (h *Handler) release(ctx context.Context) outcome {
 		h.forget()
 		return outcome{}
 	}
-	if cur, _ := record.OnClaim(h.claim.Annotations); cur != nil && !cur.RotatingTo.IsZero() && reg.Phase == record.PhaseRegistered && !cur.RotatingTo.Equal(reg.Secret) {
-		newOwns, err := h.ownedBy(ctx, reg, cur.RotatingTo)
-		if err != nil {
-			return releaseFailed(fmt.Sprintf("finding out whether the rotation of %s to the secret %s happened: %v", reg.Address, cur.RotatingTo, err))
-		}
-		if newOwns {
-			reg.Secret = cur.RotatingTo
+	if cur, _ := record.OnClaim(h.claim.Annotations); cur != nil && reg.Phase == record.PhaseRegistered {
+		if err := h.settleRotation(ctx, reg, cur.RotatingTo); err != nil {
+			return releaseFailed(err.Error())
 		}
 	}
 	// The claim's retention annotation wins: the IPAddress may not show a change made just now.
