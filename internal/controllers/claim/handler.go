@@ -30,12 +30,9 @@ type Handler struct {
 	created *ipamv1.IPAddress
 }
 
-// forget drops the claim's reservations, seen answers and subnet picks: it is bound, released,
-// gone, or holds nothing.
-func (h *Handler) forget() {
-	h.InFlight.Forget(h.claim.UID)
-	h.subnets.forget(h.claim.UID)
-}
+// forget drops the claim's reservations (its subnet candidate among them) and seen answers:
+// it is bound, released, gone, or holds nothing.
+func (h *Handler) forget() { h.InFlight.Forget(h.claim.UID) }
 
 // writeRecord saves the claim's record (nil: removes it) and the annotations in set (nil:
 // removed) now, in one patch with the rest of the unwritten metadata, such as a new claim's

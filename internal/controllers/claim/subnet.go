@@ -24,13 +24,13 @@ import (
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi"
 )
 
-// subnetState is what this process knows of subnet-mode pools: candidates being registered,
-// addresses found held elsewhere (skipped for a while), and, from the cache's events, the
-// addresses each pool's IPAddresses and claim records name, so a pick never lists the pool.
+// subnetState is what this process knows of subnet-mode pools: addresses found held elsewhere
+// (skipped for a while), and, from the cache's events, the addresses each pool's IPAddresses
+// and claim records name, so a pick never lists the pool. A candidate being registered before
+// its record is cached is held in the in-flight table (ReserveAddress).
 type subnetState struct {
 	recheck time.Duration
 	mu      sync.Mutex
-	picked  map[string]map[netip.Addr]types.UID // zone key -> candidate -> claim
 	takenAt map[string]map[netip.Addr]time.Time // zone key -> address -> when found taken
 	// used counts, per poolKey, the objects naming each address; named is what each one names.
 	used  map[string]map[netip.Addr]int
@@ -122,22 +122,6 @@ func (s *subnetState) window() time.Duration {
 	return s.recheck
 }
 
-// forget drops a claim's picks.
-func (s *subnetState) forget(uid types.UID) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for key, m := range s.picked {
-		for a, u := range m {
-			if u == uid {
-				delete(m, a)
-			}
-		}
-		if len(m) == 0 {
-			delete(s.picked, key)
-		}
-	}
-}
-
 func (s *subnetState) markTaken(key string, a netip.Addr) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -155,32 +139,16 @@ func (s *subnetState) markTaken(key string, a netip.Addr) {
 	s.takenAt[key][a] = time.Now()
 }
 
-// next picks, atomically, the lowest usable address of the pool that no object names,
-// that is not skipped, not picked by another claim and not found taken lately.
-func (s *subnetState) next(plan *subnet.Plan, key, pool string, uid types.UID, skip map[netip.Addr]bool) (netip.Addr, bool) {
+// next is the lowest usable address of the pool that no object names, that is not skipped
+// and not found taken lately.
+func (s *subnetState) next(plan *subnet.Plan, key, pool string, skip map[netip.Addr]bool) (netip.Addr, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	used := s.used[pool]
-	cand, ok := plan.Next(func(a netip.Addr) bool {
-		if used[a] > 0 || skip[a] {
-			return true
-		}
-		if u, ok := s.picked[key][a]; ok && u != uid {
-			return true
-		}
-		t, ok := s.takenAt[key][a]
-		return ok && time.Since(t) < s.window()
+	return plan.Next(func(a netip.Addr) bool {
+		t, taken := s.takenAt[key][a]
+		return used[a] > 0 || skip[a] || taken && time.Since(t) < s.window()
 	})
-	if ok {
-		if s.picked == nil {
-			s.picked = map[string]map[netip.Addr]types.UID{}
-		}
-		if s.picked[key] == nil {
-			s.picked[key] = map[netip.Addr]types.UID{}
-		}
-		s.picked[key][cand] = uid
-	}
-	return cand, ok
 }
 
 // subnetKey scopes picks and taken addresses to an IPAM-API zone, across overlapping pools.
@@ -193,7 +161,7 @@ func subnetKey(endpoint, zone string) string {
 func (h *Handler) pick(ctx context.Context, plan *subnet.Plan, reg *record.Registration) *outcome {
 	skip := map[netip.Addr]bool{} // reserved by another claim of this process just now
 	for {
-		cand, ok := h.subnets.next(plan, subnetKey(reg.Endpoint, reg.Zone), poolKey(h.claim.Spec.PoolRef, h.claim.Namespace), h.claim.UID, skip)
+		cand, ok := h.subnets.next(plan, subnetKey(reg.Endpoint, reg.Zone), poolKey(h.claim.Spec.PoolRef, h.claim.Namespace), skip)
 		if !ok {
 			if err := h.setRecordIfAny(ctx, reg); err != nil {
 				return stop(transient(err))
