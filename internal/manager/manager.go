@@ -210,11 +210,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	if err := mgr.Add(stateMetrics(mgr, reg.InFlight, o.Clock)); err != nil {
 		return errors.Wrap(err, "adding the state metrics")
 	}
-	if err := (&claim.Reconciler{
-		Client:           mgr.GetClient(),
-		WatchFilterValue: o.WatchFilter,
-		Adapter:          &claim.Adapter{Registrar: reg, Recorder: note.Capped(mgr.GetEventRecorder("vitistack-ipam"))},
-	}).SetupWithManager(ctx, mgr); err != nil {
+	if err := (&claim.Reconciler{Registrar: reg, Recorder: note.Capped(mgr.GetEventRecorder("vitistack-ipam"))}).SetupWithManager(ctx, mgr); err != nil {
 		return errors.Wrap(err, "setting up the IPAddressClaim controller")
 	}
 	if err := (&secret.Protector{

@@ -93,17 +93,12 @@ type Secrets struct {
 	Protected Protected
 }
 
-// IsDefault reports whether ref is the provider's default secret.
-func (s *Secrets) IsDefault(ref record.ObjectRef) bool {
-	return ref.Equal(defaultRef(s.Default))
-}
-
 // Get reads the Secret ref points at, with one uncached GET. With createDefault, a
 // missing default secret is created first (never one named by a user).
 func (s *Secrets) Get(ctx context.Context, ref record.ObjectRef, createDefault bool) (*Secret, error) {
 	sec := &corev1.Secret{}
 	err := s.Reader.Get(ctx, ref.ObjectKey(), sec)
-	if apierrors.IsNotFound(err) && createDefault && s.IsDefault(ref) {
+	if apierrors.IsNotFound(err) && createDefault && ref.Equal(defaultRef(s.Default)) {
 		sec, err = s.createDefault(ctx)
 	}
 	if err != nil {

@@ -29,17 +29,18 @@ import (
 // sends one registration: a candidate held elsewhere is given back or skipped, and the
 // claim comes back for the next (skip).
 func (h *Handler) allocate(ctx context.Context, address *ipamv1.IPAddress) outcome {
-	reg, bad := h.claimRecord()
-	if bad != nil {
-		return *bad
+	reg, err := record.OnClaim(h.claim.Annotations)
+	if err != nil {
+		return failed(ipamv1.IPAddressClaimReadyAllocationFailedReason, err.Error()+"; remove the annotation to start over").final()
 	}
 	if reg == nil {
-		var err error
 		if reg, err = h.desired(ctx); err != nil {
 			return asOutcome(err)
 		}
 	}
-	h.answeredIfBound(reg)
+	if h.everBound() { // the IPAddress took the record over when it was made from an answer
+		reg.Phase = record.PhaseRegistered
+	}
 	subnetMode := h.pool.PoolSpec().Subnet != ""
 	var api ipamapi.Client
 	var sec *registrar.Secret
@@ -80,8 +81,8 @@ func (h *Handler) allocate(ctx context.Context, address *ipamv1.IPAddress) outco
 	// Two requests of one identity without an address in flight at once would each
 	// allocate one; in subnet mode, an address must not meet an earlier request of the
 	// identity for another one either.
-	if reg.Address == "" || subnetMode {
-		if left := h.mayStillBeInFlight(reg); left > 0 {
+	if reg.Phase != record.PhaseRegistered && (reg.Address == "" || subnetMode) {
+		if left := h.InFlight.MayStillBeInFlight(h.claim.UID, reg); left > 0 {
 			what := "request"
 			if reg.Address != "" {
 				what = "of " + reg.Address
@@ -122,14 +123,6 @@ func (h *Handler) allocate(ctx context.Context, address *ipamv1.IPAddress) outco
 			reg.Zone, h.claim.Spec.PoolRef.Kind, h.pool.GetName())), valueKey(reg.Secret, sec, nil), reg, true)
 	}
 	return h.registerFailed(ctx, reg, sec, err, firstAttempt)
-}
-
-// answeredIfBound makes the record of a claim once bound Registered, whatever phase it was
-// written in: the IPAddress took the record over when it was made from an answer.
-func (h *Handler) answeredIfBound(reg *record.Registration) {
-	if h.everBound() {
-		reg.Phase = record.PhaseRegistered
-	}
 }
 
 // everBound reports whether the claim was ever bound: addressRef is set only once its
@@ -319,7 +312,13 @@ func (h *Handler) registerFailed(ctx context.Context, reg *record.Registration, 
 	case ipamapi.ClassExhausted:
 		o := failed(ipamv1.IPAddressClaimReadyPoolExhaustedReason,
 			fmt.Sprintf("zone %s has no free %s address left: %s; the claim is retried with back-off", reg.Zone, reg.Family, msg))
-		return h.forgetIfNothingHeld(ctx, o, reg, nothingHeld)
+		if nothingHeld && reg.Phase != record.PhaseRegistered { // a fixed annotation, pool or secret is used next time
+			if err := h.writeRecord(ctx, nil, nil); err != nil {
+				return transient(err)
+			}
+			h.forget()
+		}
+		return o
 	case ipamapi.ClassValidation:
 		return refuse(failed(ipamv1.IPAddressClaimReadyPoolNotReadyReason,
 			fmt.Sprintf("the IPAM-API refused the request for zone %s, family %s: %s; fix the pool or the claim's annotations", reg.Zone, reg.Family, msg)))
@@ -351,34 +350,14 @@ func (h *Handler) registerFailed(ctx context.Context, reg *record.Registration, 
 	return failed(ipamv1.IPAddressClaimReadyAllocationFailedReason, msg)
 }
 
-// forgetIfNothingHeld drops the claim's record when the answer proves nothing is held,
-// so a fixed annotation, pool or secret is used next time, and deleting the claim has
-// nothing to release.
-func (h *Handler) forgetIfNothingHeld(ctx context.Context, o outcome, reg *record.Registration, nothingHeld bool) outcome {
-	if !nothingHeld || reg.Phase == record.PhaseRegistered {
-		return o
-	}
-	if err := h.writeRecord(ctx, nil, nil); err != nil {
-		return transient(err)
-	}
-	h.forget()
-	return o
-}
-
 // provesNothingHeld reports whether a failed registration proves that the identity
 // holds nothing under the secret, zone and family: had it held an address, the
 // IPAM-API would have answered with it.
 func provesNothingHeld(err error) bool {
 	switch ipamapi.ClassOf(err) {
 	case ipamapi.ClassValidation, ipamapi.ClassExhausted, ipamapi.ClassWrongSecret, ipamapi.ClassNotInZone:
-		return !unknownOutcome(err)
+		var e *ipamapi.Error
+		return !errors.As(err, &e) || !e.Unknown
 	}
 	return false
-}
-
-// unknownOutcome reports whether a request may have been carried out although no
-// answer arrived.
-func unknownOutcome(err error) bool {
-	var e *ipamapi.Error
-	return errors.As(err, &e) && e.Unknown
 }

@@ -24,10 +24,7 @@ func (h *Handler) boundHasWork(address *ipamv1.IPAddress) bool {
 	if err != nil || rec == nil {
 		return false
 	}
-	cur := h.currentRecord()
-	if cur != nil && !cur.RotatingTo.IsZero() {
-		return true
-	}
+	cur, _ := record.OnClaim(h.claim.Annotations)
 	c, ok := h.toCarry(rec, cur)
 	return ok && (c.dropRefusal || c.rotate || c.reregister)
 }
@@ -63,15 +60,6 @@ func (h *Handler) toCarry(rec, cur *record.Registration) (c carry, ok bool) {
 	return c, true
 }
 
-// currentRecord is the claim's own record; nil when it has none or an unreadable one.
-func (h *Handler) currentRecord() *record.Registration {
-	cur, bad := h.claimRecord()
-	if bad != nil {
-		return nil
-	}
-	return cur
-}
-
 // bound handles a claim whose IPAddress exists; the IPAddress's record is authoritative. The
 // IPAM-API is asked again only to finish a recorded rotation or to carry the claim's changed
 // secret, retention or cleanup, always with the bound address. Nothing changed: no call, no write.
@@ -91,7 +79,7 @@ func (h *Handler) bound(ctx context.Context, address *ipamv1.IPAddress) outcome 
 	if rec == nil {
 		return done
 	}
-	cur := h.currentRecord()
+	cur, _ := record.OnClaim(h.claim.Annotations)
 	if cur != nil && !cur.RotatingTo.IsZero() {
 		if o, finished := h.finishRotation(ctx, address, rec, cur); !finished {
 			return o
@@ -247,27 +235,18 @@ func (h *Handler) rotated(done outcome, rec *record.Registration, old record.Obj
 	return done.note(corev1.EventTypeNormal, "SecretRotated", actionRotate, fmt.Sprintf("%s is now owned by the secret %s (was %s)", rec.Address, rec.Secret, old))
 }
 
-// finishRotation settles a recorded rotation intent before anything else: the intent goes if
-// the IPAddress shows the new owner, else the IPAM-API is asked whether the new secret owns the
-// address. finished: the claim may go on with rec as it now is.
+// finishRotation settles a recorded rotation intent before anything else (see settleRotation):
+// the IPAddress takes the new owner, or the intent goes. finished: the claim may go on with rec.
 func (h *Handler) finishRotation(ctx context.Context, address *ipamv1.IPAddress, rec, cur *record.Registration) (outcome, bool) {
-	if rec.Secret.Equal(cur.RotatingTo) {
-		if err := h.writeRecord(ctx, withRefusal(rec, ""), nil); err != nil {
-			return transient(err), false
-		}
-		return outcome{}, true
+	old := rec.Secret
+	if err := h.settleRotation(ctx, rec, cur.RotatingTo); err != nil {
+		return transient(err), false
 	}
-	newOwns, err := h.ownedBy(ctx, rec, cur.RotatingTo)
-	if err != nil {
-		return transient(errors.Wrapf(err, "finding out whether the rotation of %s to the secret %s happened", rec.Address, cur.RotatingTo)), false
-	}
-	if newOwns {
-		old := rec.Secret
-		rec.Secret = cur.RotatingTo
+	if !rec.Secret.Equal(old) {
 		rec.WriteTo(address.Labels, address.Annotations) // the intent goes once the IPAddress shows it
 		return h.rotated(allocated(address.Spec.Address), rec, old), false
 	}
-	if err := h.writeRecord(ctx, withRefusal(rec, cur.RotationRefused), nil); err != nil {
+	if err := h.writeRecord(ctx, withRefusal(rec, ""), nil); err != nil {
 		return transient(err), false
 	}
 	return outcome{}, true

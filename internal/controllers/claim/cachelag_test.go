@@ -58,7 +58,7 @@ func TestClaimReconcileSeesItsOwnWrites(t *testing.T) {
 		},
 	})
 	reg := registrar.New(cached, w.c, &registrar.CachingClientFactory{Timeout: w.cfg.RequestTimeout}, w.cfg)
-	w.claims = &claim.Reconciler{Client: cached, Adapter: &claim.Adapter{Registrar: reg, Recorder: w.events}}
+	w.claims = &claim.Reconciler{Registrar: reg, Recorder: w.events}
 	w.observe()
 
 	pools(w)

@@ -44,7 +44,7 @@ func (h *Handler) checkIdentityFree(ctx context.Context, reg *record.Registratio
 	}
 	for _, c := range claims.Items {
 		if rec, _ := record.OnClaim(c.Annotations); c.UID != h.claim.UID && !bound[c.UID] && rec != nil && registrar.HoldersConflict(reg.Address, rec.Address) &&
-			!h.supersedes(&c) {
+			!supersedes(h.claim, &c) {
 			other = "IPAddressClaim " + c.Namespace + "/" + c.Name
 		}
 	}
@@ -98,7 +98,7 @@ func (h *Handler) holders(ctx context.Context, hostKey string) ([]*ipamv1.IPAddr
 			}
 			return nil, errors.Wrap(err, "reading the claim that holds the address")
 		}
-		if !h.supersedes(c) && !supersedes(c, h.claim) {
+		if !supersedes(h.claim, c) && !supersedes(c, h.claim) {
 			out = append(out, c) // the two claims of a handover are no other holders
 		}
 	}
@@ -112,13 +112,10 @@ func supersedes(claim, other client.Object) bool {
 		other.GetAnnotations()[ipamv1alpha1.SupersededByAnnotation] == claim.GetName()
 }
 
-// supersedes reports whether this claim replaces other.
-func (h *Handler) supersedes(other client.Object) bool { return supersedes(h.claim, other) }
-
 // supersedesNamed is supersedes for the claim of that name (false if it cannot be read).
 func (h *Handler) supersedesNamed(ctx context.Context, namespace, name string) bool {
 	c := &ipamv1.IPAddressClaim{}
-	return h.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, c) == nil && h.supersedes(c)
+	return h.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, c) == nil && supersedes(h.claim, c)
 }
 
 // takeOver is the address a claim this one supersedes holds under the same identity and secret

@@ -7,6 +7,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -33,7 +34,7 @@ func TestClaimBeforeItsPoolIsCached(t *testing.T) {
 	})
 	// The process as a manager runs it: a cached client, an uncached reader.
 	reg := registrar.New(cached, w.c, &registrar.CachingClientFactory{Timeout: w.cfg.RequestTimeout}, w.cfg)
-	w.claims = &claim.Reconciler{Client: cached, Adapter: &claim.Adapter{Registrar: reg, Recorder: w.events}}
+	w.claims = &claim.Reconciler{Registrar: reg, Recorder: w.events}
 	w.observe()
 
 	// No pool at all: Ready=False PoolNotReady naming it, one Warning.
@@ -78,4 +79,28 @@ func TestClaimBeforeItsPoolIsCached(t *testing.T) {
 		t.Fatalf("a first binding sent events %q", ev)
 	}
 	w.check()
+}
+
+// A Cluster's unpause brings all its claims to the controller, other providers' too. Those
+// are not this provider's: nothing is written on them (no finalizer this provider would
+// never take off), no condition, no event, no error.
+func TestAClaimOfAnotherProvidersPoolIsLeftAlone(t *testing.T) {
+	w := newWorld(t)
+	w.create(&clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "c1"}})
+	other := &ipamv1.IPAddressClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "in-cluster", Labels: map[string]string{clusterv1.ClusterNameLabel: "c1"}},
+		Spec: ipamv1.IPAddressClaimSpec{PoolRef: ipamv1.IPPoolReference{
+			APIGroup: "ipam.cluster.x-k8s.io", Kind: "InClusterIPPool", Name: "nodes"}},
+	}
+	w.create(other)
+	before := w.writes
+	res, err := w.claims.Reconcile(w.ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(other)})
+	got := w.get(other.DeepCopy()).(*ipamv1.IPAddressClaim)
+	if err != nil || !res.IsZero() || w.writes != before || len(got.Finalizers) != 0 || len(got.Status.Conditions) != 0 {
+		t.Fatalf("another provider's claim: result %+v, error %v, %d writes, finalizers %v, conditions %+v; want it untouched",
+			res, err, w.writes-before, got.Finalizers, got.Status.Conditions)
+	}
+	if ev := w.drainEvents(); len(ev) != 0 {
+		t.Fatalf("another provider's claim got events %q", ev)
+	}
 }

@@ -10,7 +10,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/record"
@@ -19,7 +18,7 @@ import (
 // Handler is one reconcile of one IPAddressClaim: the claim as it is being changed, as it
 // was last written, and its pool.
 type Handler struct {
-	*Adapter
+	*Reconciler
 	claim *ipamv1.IPAddressClaim
 	pool  ipamv1alpha1.Pool
 	// written is the claim as the API server has it: the Reconciler patches only what differs.
@@ -70,15 +69,9 @@ var errPoolNotCached = errors.New("the pool is not in the cache yet")
 // found (or not read) gets NotFound: its release needs no pool.
 func (h *Handler) fetchPool(ctx context.Context) (ipamv1alpha1.Pool, error) {
 	ref := h.claim.Spec.PoolRef
-	var pool ipamv1alpha1.Pool
-	key := types.NamespacedName{Name: ref.Name}
-	switch ref.Kind {
-	case ipamv1alpha1.VitistackIPPoolKind:
+	pool, key := ipamv1alpha1.Pool(&ipamv1alpha1.GlobalVitistackIPPool{}), types.NamespacedName{Name: ref.Name}
+	if ref.Kind == ipamv1alpha1.VitistackIPPoolKind {
 		pool, key.Namespace = &ipamv1alpha1.VitistackIPPool{}, h.claim.Namespace
-	case ipamv1alpha1.GlobalVitistackIPPoolKind:
-		pool = &ipamv1alpha1.GlobalVitistackIPPool{}
-	default:
-		return nil, reconcile.TerminalError(errors.Errorf("pool kind %q is not served by this provider", ref.Kind))
 	}
 	if err := h.Client.Get(ctx, key, pool); err != nil {
 		if !h.claim.DeletionTimestamp.IsZero() {
@@ -89,7 +82,7 @@ func (h *Handler) fetchPool(ctx context.Context) (ipamv1alpha1.Pool, error) {
 			return nil, errPoolNotCached
 		}
 		if apierrors.IsNotFound(err) {
-			_ = h.report(failed(ipamv1.IPAddressClaimReadyPoolNotReadyReason,
+			_, _ = h.report(ctx, failed(ipamv1.IPAddressClaimReadyPoolNotReadyReason,
 				fmt.Sprintf("%s %q not found: create it, or point spec.poolRef at an existing pool", ref.Kind, ref.Name)))
 		}
 		return nil, err
@@ -97,13 +90,4 @@ func (h *Handler) fetchPool(ctx context.Context) (ipamv1alpha1.Pool, error) {
 	pool.GetObjectKind().SetGroupVersionKind(ipamv1alpha1.GroupVersion.WithKind(ref.Kind))
 	h.pool = pool
 	return pool, nil
-}
-
-// claimRecord is the record on the claim; a broken one is an outcome.
-func (h *Handler) claimRecord() (*record.Registration, *outcome) {
-	reg, err := record.OnClaim(h.claim.Annotations)
-	if err != nil {
-		return nil, stop(failed(ipamv1.IPAddressClaimReadyAllocationFailedReason, err.Error()+"; remove the annotation to start over").final())
-	}
-	return reg, nil
 }

@@ -41,7 +41,7 @@ func TestClaimsUnderANewSecretWaitForItsProtection(t *testing.T) {
 	pools(w)
 	w.protector.Wake = &registrar.Queue{}
 	wake := registrartest.Start(t, w.protector.Wake)
-	asks := registrartest.Start(t, w.claims.Adapter.Secrets.Protected.Ask)
+	asks := registrartest.Start(t, w.claims.Secrets.Protected.Ask)
 	// An hour old: a claim that meets a new Secret late (its user changed its Secret,
 	// say) waits as quietly as a new one.
 	old := claimObj("a", "routed", nil)

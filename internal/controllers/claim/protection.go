@@ -27,17 +27,11 @@ const (
 	maxErrorInMessage = 1024
 )
 
-// awaitProtection is the outcome of a claim whose Secret is not protected yet, its
-// pending record written (which asks the protector for the protection): nothing is
-// sent under the Secret until the protector has added its finalizer and the
-// fingerprint of its value. The protector wakes the claim when it has (it finds it by
-// its record); the claim also looks again, and asks the protector again, every
-// protectionRecheck. While the protector's last look at the Secret failed, it looks
-// again after half its age (at most backoffMax), so a Secret that cannot be protected
-// is not read every few seconds for ever; and a claim older than protectionQuiet is
-// Ready=False SecretNotProtected with the protector's error. The condition then stays
-// as it is while the claim waits (one status patch and one event, not one per change
-// of the error). Waiting is never a reconcile error.
+// awaitProtection is the wait of a claim whose Secret the protector has not yet given its
+// finalizer and the fingerprint of its value: nothing is sent under it before. The protector
+// wakes the claim; the claim also asks it again every protectionRecheck, or, while it fails,
+// after half the claim's age (at most backoffMax). A claim older than protectionQuiet then says
+// SecretNotProtected with the protector's first error (one status patch, one event).
 func (h *Handler) awaitProtection(sec *registrar.Secret) outcome {
 	secret := sec.Ref.ObjectKey()
 	h.Secrets.Protected.AskFor(secret)

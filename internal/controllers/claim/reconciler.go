@@ -2,6 +2,7 @@ package claim
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/pkg/errors"
@@ -13,13 +14,10 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	"sigs.k8s.io/cluster-api/util/annotations"
-	"sigs.k8s.io/cluster-api/util/predicates"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -29,57 +27,32 @@ import (
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/index"
 )
 
-// Reconciler reconciles the IPAddressClaims of this provider's pools. It keeps ipamutil's
-// contract for claims (finalizer, IPAddress, owner references, pausing) but not its reconciler,
-// whose patch helper writes conditions and addressRef in two status patches: here a claim is
-// bound with three writes (finalizer and pending record, IPAddress, status).
-type Reconciler struct {
-	Client           client.Client
-	WatchFilterValue string
-	Adapter          *Adapter
-}
-
-// SetupWithManager registers ipamutil's watches (claims, unpaused Clusters) and the Adapter's.
-func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
-	b := ctrl.NewControllerManagedBy(mgr).
-		Named("ipaddressclaim").
-		WithEventFilter(predicates.ResourceNotPausedAndHasFilterLabel(mgr.GetScheme(), ctrl.LoggerFrom(ctx), r.WatchFilterValue)).
-		// An unpaused Cluster re-queues its claims.
-		Watches(&clusterv1.Cluster{}, handler.EnqueueRequestsFromMapFunc(r.clusterToClaims), builder.WithPredicates(clusterUnpaused()))
-	if err := r.Adapter.SetupWithManager(ctx, b); err != nil {
-		return err
-	}
-	return b.Complete(r)
-}
-
 // Reconcile binds or releases one claim; a deferred patchClaim writes what is left to write.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, reterr error) {
 	claim := &ipamv1.IPAddressClaim{}
 	if err := r.Client.Get(ctx, req.NamespacedName, claim); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	if ref := claim.Spec.PoolRef; ref.APIGroup != ipamv1alpha1.GroupVersion.Group || !slices.Contains(poolKinds, ref.Kind) {
+		return ctrl.Result{}, nil // another provider's claim, enqueued by its Cluster: not touched
+	}
 	if paused, err := r.clusterPaused(ctx, claim); err != nil || paused {
 		return ctrl.Result{}, err
 	}
-	h := &Handler{Adapter: r.Adapter, claim: claim, written: claim.DeepCopy()}
+	h := &Handler{Reconciler: r, claim: claim, written: claim.DeepCopy()}
 	defer func() {
 		if err := h.patchClaim(ctx); err != nil {
 			reterr = kerrors.NewAggregate([]error{reterr, err})
 		}
 	}()
 	deleting := !claim.DeletionTimestamp.IsZero()
-	// The finalizer goes out with the claim's first write: its pending record, before any send.
-	if !controllerutil.ContainsFinalizer(claim, ipamutil.ReleaseAddressFinalizer) {
-		if deleting {
-			return ctrl.Result{}, nil // never registered anything: nothing to release
-		}
-		controllerutil.AddFinalizer(claim, ipamutil.ReleaseAddressFinalizer)
+	if deleting && !controllerutil.ContainsFinalizer(claim, ipamutil.ReleaseAddressFinalizer) {
+		return ctrl.Result{}, nil // never registered anything: nothing to release
 	}
 	pool, err := h.fetchPool(ctx)
 	switch {
 	case errors.Is(err, errPoolNotCached):
 		// Nothing is written until the pool is cached; its watch event (or the requeue) brings it back.
-		h.claim = h.written.DeepCopy()
 		return ctrl.Result{RequeueAfter: time.Second}, nil
 	case apierrors.IsNotFound(err) && deleting:
 		return r.reconcileDelete(ctx, h) // release works from the records alone
@@ -90,11 +63,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	case annotations.HasPaused(pool):
 		// A paused pool holds its claims' deletes too; its unpause brings them back.
 		ctrl.LoggerFrom(ctx).V(2).Info("The claim's pool is paused, skipping reconciliation", "pool", pool.GetName())
-		h.claim = h.written.DeepCopy() // nothing is written, not even the finalizer
 		return ctrl.Result{}, nil
 	case deleting:
 		return r.reconcileDelete(ctx, h)
 	}
+	// The finalizer goes out with the claim's first write: its pending record, before any send.
+	controllerutil.AddFinalizer(claim, ipamutil.ReleaseAddressFinalizer)
 	return r.reconcileNormal(ctx, h, pool)
 }
 
@@ -110,13 +84,12 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, h *Handler, pool ipamv
 	}
 	exists := err == nil
 	before := address.DeepCopy()
-	if exists {
-		err = h.report(h.bound(ctx, &address))
-	} else {
-		err = h.report(h.allocate(ctx, &address))
+	o := h.bound
+	if !exists {
+		o = h.allocate
 	}
-	if err != nil {
-		return requeue(ctx, err)
+	if res, err := h.report(ctx, o(ctx, &address)); err != nil || !res.IsZero() {
+		return res, err
 	}
 	if err := controllerutil.SetOwnerReference(pool, &address, r.Client.Scheme()); err != nil {
 		return ctrl.Result{}, errors.Wrap(err, "failed to ensure owner references on address")
@@ -161,8 +134,8 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, h *Handler, pool ipamv
 // reconcileDelete releases the address, then lets the IPAddress and the claim go.
 func (r *Reconciler) reconcileDelete(ctx context.Context, h *Handler) (ctrl.Result, error) {
 	claim := h.claim
-	if err := h.report(h.release(ctx)); err != nil {
-		return requeue(ctx, err)
+	if res, err := h.report(ctx, h.release(ctx)); err != nil || !res.IsZero() {
+		return res, err
 	}
 	address := &ipamv1.IPAddress{}
 	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(claim), address); err != nil && !apierrors.IsNotFound(err) {
@@ -184,17 +157,6 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, h *Handler) (ctrl.Resu
 	}
 	controllerutil.RemoveFinalizer(claim, ipamutil.ReleaseAddressFinalizer)
 	return ctrl.Result{}, nil
-}
-
-// requeue turns an outcome's error into the reconcile's result: a wait comes back when it
-// ends, without an error; any other error is returned (a terminal one waits for the watches).
-func requeue(ctx context.Context, err error) (ctrl.Result, error) {
-	var w waitError
-	if errors.As(err, &w) {
-		ctrl.LoggerFrom(ctx).V(1).Info("Waiting", "reason", w.Error())
-		return ctrl.Result{RequeueAfter: w.after}, nil
-	}
-	return ctrl.Result{}, err
 }
 
 // clusterPaused reports whether the claim's Cluster (by spec.clusterName or the

@@ -5,6 +5,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"maps"
 	"slices"
 	"strconv"
 	"time"
@@ -74,12 +75,7 @@ func (h *Handler) inputs(reg *record.Registration, secret string) string {
 	add(string(h.claim.UID))
 	add(strconv.FormatInt(h.claim.Generation, 10))
 	ann := userAnnotations(h.claim)
-	keys := make([]string, 0, len(ann))
-	for k := range ann {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(ann)) {
 		add(k)
 		add(ann[k])
 	}

@@ -39,7 +39,9 @@ func (h *Handler) release(ctx context.Context) outcome {
 	// A claim once bound whose IPAddress went first (as in a namespace's deletion) is released
 	// as registered, with retention. A routed-mode record may name no address: sending it
 	// again learns it below.
-	h.answeredIfBound(reg)
+	if h.everBound() {
+		reg.Phase = record.PhaseRegistered
+	}
 	if _, moving := h.claim.Annotations[clusterctlv1.DeleteForMoveAnnotation]; moving {
 		ctrl.LoggerFrom(ctx).V(2).Info("Claim deleted by clusterctl move, keeping its address registered")
 		h.forget()
@@ -78,7 +80,7 @@ func (h *Handler) release(ctx context.Context) outcome {
 		// Sent, but never answered: the user never saw the address, so it goes without
 		// retention, once the request has certainly ended (see InFlight.Busy).
 		reg.RetentionPeriodDays = 0
-		if left := h.mayStillBeInFlight(reg); left > 0 {
+		if left := h.InFlight.MayStillBeInFlight(h.claim.UID, reg); left > 0 {
 			return releaseWaits(fmt.Sprintf("an earlier registration request may still be in flight; releasing after %s",
 				h.after(left)), left)
 		}
@@ -120,15 +122,6 @@ func (h *Handler) release(ctx context.Context) outcome {
 			"else (a claim that asks for it by name under the same secret can still join it)", reg.Address, reg.Zone, reg.RetentionPeriodDays))
 	}
 	return o
-}
-
-// mayStillBeInFlight is InFlight.MayStillBeInFlight, but 0 for a registered record: its
-// request was answered.
-func (h *Handler) mayStillBeInFlight(reg *record.Registration) time.Duration {
-	if reg.Phase == record.PhaseRegistered {
-		return 0
-	}
-	return h.InFlight.MayStillBeInFlight(h.claim.UID, reg)
 }
 
 func orPending(a string) string {

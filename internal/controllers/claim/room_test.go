@@ -56,7 +56,7 @@ func TestAFreedAddressWakesTheClaimsWaitingForRoomInItsZone(t *testing.T) {
 		claim("bound", ipamv1alpha1.VitistackIPPoolKind, "full", exhausted, true),
 		claim("failed", ipamv1alpha1.VitistackIPPoolKind, "full", ipamv1.IPAddressClaimReadyAllocationFailedReason, false))
 	index.Each(func(obj client.Object, field string, fn client.IndexerFunc) { b = b.WithIndex(obj, field, fn) })
-	a := &Adapter{Registrar: &registrar.Registrar{Client: b.Build()}}
+	a := &Reconciler{Registrar: &registrar.Registrar{Client: b.Build()}}
 
 	var woken []string
 	for _, r := range a.claimsWaitingForRoom(context.Background(), full) {

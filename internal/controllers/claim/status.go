@@ -1,6 +1,7 @@
 package claim
 
 import (
+	"context"
 	"time"
 
 	"github.com/pkg/errors"
@@ -8,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	"sigs.k8s.io/cluster-api/util/conditions"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
@@ -58,14 +60,6 @@ func failed(reason, message string) outcome {
 // transient is a failure retried with back-off, leaving the conditions (a bound claim stays Ready).
 func transient(err error) outcome { return outcome{err: err} }
 
-// waitError is an outcome's error with a retry: the Reconciler requeues after `after`, no error.
-type waitError struct {
-	error
-	after time.Duration
-}
-
-func (e waitError) Unwrap() error { return e.error }
-
 // stop is an outcome that ends the step it came from (nil: the step goes on).
 func stop(o outcome) *outcome { return &o }
 
@@ -79,8 +73,9 @@ func (o outcome) note(typ, reason, action, message string) outcome {
 	return o
 }
 
-// report applies an outcome to the claim (patched when the reconcile ends) and returns its error.
-func (h *Handler) report(o outcome) error {
+// report applies an outcome to the claim (patched when the reconcile ends) and returns the
+// reconcile's result: a known wait comes back when it ends, without an error.
+func (h *Handler) report(ctx context.Context, o outcome) (ctrl.Result, error) {
 	if o.ready != "" {
 		o.message = note.Truncate(o.message, note.ConditionLimit)
 		// One event per change of the condition, never per retry or resync; none on the
@@ -114,10 +109,13 @@ func (h *Handler) report(o outcome) error {
 		err = errors.New(o.message)
 	}
 	switch {
-	case err != nil && o.retry > 0:
-		err = waitError{error: err, after: o.retry}
-	case err != nil && o.terminal:
+	case err == nil:
+		return ctrl.Result{}, nil
+	case o.retry > 0:
+		ctrl.LoggerFrom(ctx).V(1).Info("Waiting", "reason", err.Error())
+		return ctrl.Result{RequeueAfter: o.retry}, nil
+	case o.terminal:
 		err = reconcile.TerminalError(err)
 	}
-	return err
+	return ctrl.Result{}, err
 }

@@ -45,7 +45,7 @@ type world struct {
 	api    *sim.Server
 
 	claims    *claim.Reconciler
-	seen      map[types.UID]client.Object // what the adapter was told exists (its cache's events)
+	seen      map[types.UID]client.Object // what the Reconciler was told exists (its cache's events)
 	events    *events.FakeRecorder
 	protector *secret.Protector
 	cfg       registrar.Config
@@ -154,7 +154,7 @@ func newWorld(t *testing.T) *world {
 func (w *world) start() {
 	reg := registrar.New(w.c, w.c, &registrar.CachingClientFactory{Timeout: w.cfg.RequestTimeout}, w.cfg)
 	w.events = events.NewFakeRecorder(10000)
-	w.claims = &claim.Reconciler{Client: w.c, Adapter: &claim.Adapter{Registrar: reg, Recorder: w.events}}
+	w.claims = &claim.Reconciler{Registrar: reg, Recorder: w.events}
 	w.seen = nil
 	w.observe()
 	w.protector = &secret.Protector{Client: w.c, Reader: w.c, Secrets: reg.Secrets,
@@ -221,7 +221,7 @@ func (w *world) create(obj client.Object) {
 	w.observe()
 }
 
-// observe tells the claim adapter what exists, as a manager's cache events would.
+// observe tells the claim Reconciler what exists, as a manager's cache events would.
 func (w *world) observe() {
 	if w.claims == nil {
 		return
@@ -240,11 +240,11 @@ func (w *world) observe() {
 	}
 	for uid, o := range w.seen {
 		if _, ok := now[uid]; !ok {
-			w.claims.Adapter.Observe(o, true)
+			w.claims.Observe(o, true)
 		}
 	}
 	for _, o := range now {
-		w.claims.Adapter.Observe(o, false)
+		w.claims.Observe(o, false)
 	}
 	w.seen = now
 }

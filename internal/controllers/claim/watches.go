@@ -11,8 +11,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	"sigs.k8s.io/cluster-api/util/annotations"
+	"sigs.k8s.io/cluster-api/util/predicates"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -43,9 +45,9 @@ import (
 // +kubebuilder:rbac:groups="",resources=secrets;configmaps,verbs=get
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
-// Adapter plugs the Vitistack pools into the claim Reconciler: their watches, and what
-// the claims of one process share.
-type Adapter struct {
+// Reconciler reconciles the IPAddressClaims of this provider's pools; it holds what the
+// claims of one process share.
+type Reconciler struct {
 	*registrar.Registrar
 	// Recorder emits events on claims.
 	Recorder events.EventRecorder
@@ -59,12 +61,12 @@ type Adapter struct {
 
 // refusalKey is the key of the digests of refusals (see inputs): random, made once per
 // process.
-func (a *Adapter) refusalKey() []byte {
-	a.keyOnce.Do(func() {
-		a.key = make([]byte, 32)
-		_, _ = rand.Read(a.key)
+func (r *Reconciler) refusalKey() []byte {
+	r.keyOnce.Do(func() {
+		r.key = make([]byte, 32)
+		_, _ = rand.Read(r.key)
 	})
-	return a.key
+	return r.key
 }
 
 // The back-off of a claim that fails: 250 ms, doubling up to backoffMax.
@@ -82,25 +84,27 @@ const reconciliationTimeout = time.Minute
 
 var poolKinds = []string{ipamv1alpha1.VitistackIPPoolKind, ipamv1alpha1.GlobalVitistackIPPoolKind}
 
-// SetupWithManager adds this provider's claims, their IPAddresses and the pools to the
-// claim controller's builder.
-func (a *Adapter) SetupWithManager(_ context.Context, b *ctrl.Builder) error {
+// SetupWithManager watches this provider's claims, their IPAddresses, the pools, unpaused
+// Clusters, and the claims the Secret protector wakes.
+func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	var claimKinds, addressKinds []predicate.Predicate
 	for _, kind := range poolKinds {
 		gk := metav1.GroupKind{Group: ipamv1alpha1.GroupVersion.Group, Kind: kind}
 		claimKinds = append(claimKinds, ipampredicates.ClaimReferencesPoolKind(gk))
 		addressKinds = append(addressKinds, ipampredicates.AddressReferencesPoolKind(gk))
 	}
-	a.subnets.recheck = a.Config.SubnetRecheckInterval
-	workers := max(a.Config.MaxConcurrentReconciles, 1)
+	r.subnets.recheck = r.Config.SubnetRecheckInterval
+	workers := max(r.Config.MaxConcurrentReconciles, 1)
 	notCreated := predicate.Funcs{CreateFunc: func(event.CreateEvent) bool { return false }}
-	addressCameOrWent := predicate.Funcs{
-		CreateFunc:  func(event.CreateEvent) bool { return true },
+	addressCameOrWent := predicate.Funcs{ // a nil func passes
 		UpdateFunc:  func(event.UpdateEvent) bool { return false },
-		DeleteFunc:  func(event.DeleteEvent) bool { return true },
 		GenericFunc: func(event.GenericEvent) bool { return false },
 	}
-	b.For(&ipamv1.IPAddressClaim{}, builder.WithPredicates(predicate.Or(claimKinds...), claimChanged())).
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("ipaddressclaim").
+		WithEventFilter(predicates.ResourceNotPausedAndHasFilterLabel(mgr.GetScheme(), ctrl.LoggerFrom(ctx), r.Config.WatchFilterValue)).
+		Watches(&clusterv1.Cluster{}, handler.EnqueueRequestsFromMapFunc(r.clusterToClaims), builder.WithPredicates(clusterUnpaused())).
+		For(&ipamv1.IPAddressClaim{}, builder.WithPredicates(predicate.Or(claimKinds...), claimChanged())).
 		WithOptions(controller.Options{
 			// Different claims are different identities, which the IPAM-API allocates
 			// safely in parallel; controller-runtime never reconciles one claim twice at once.
@@ -117,50 +121,47 @@ func (a *Adapter) SetupWithManager(_ context.Context, b *ctrl.Builder) error {
 		Owns(&ipamv1.IPAddress{}, builder.WithPredicates(predicate.Or(addressKinds...), notCreated)).
 		// The claims the Secret protector wakes: it found their Secret's value changed,
 		// or back as it was.
-		WatchesRawSource(a.Wake.Source()).
+		WatchesRawSource(r.Wake.Source()).
 		// Which addresses the subnet-mode pools use, for picking candidates.
-		Watches(&ipamv1.IPAddress{}, a.subnets.occupancy()).
-		Watches(&ipamv1.IPAddressClaim{}, a.subnets.occupancy()).
+		Watches(&ipamv1.IPAddress{}, r.subnets.occupancy()).
+		Watches(&ipamv1.IPAddressClaim{}, r.subnets.occupancy()).
 		// An address that comes or goes changes who shares it: the sharers' status follows.
-		Watches(&ipamv1.IPAddress{}, handler.EnqueueRequestsFromMapFunc(a.sharers), builder.WithPredicates(addressCameOrWent)).
-		Watches(&ipamv1alpha1.VitistackIPPool{}, handler.EnqueueRequestsFromMapFunc(a.claimsOfPool(ipamv1alpha1.VitistackIPPoolKind)),
+		Watches(&ipamv1.IPAddress{}, handler.EnqueueRequestsFromMapFunc(r.sharers), builder.WithPredicates(addressCameOrWent)).
+		Watches(&ipamv1alpha1.VitistackIPPool{}, handler.EnqueueRequestsFromMapFunc(r.claimsOfPool(ipamv1alpha1.VitistackIPPoolKind)),
 			builder.WithPredicates(poolBecameUsable())).
-		Watches(&ipamv1alpha1.GlobalVitistackIPPool{}, handler.EnqueueRequestsFromMapFunc(a.claimsOfPool(ipamv1alpha1.GlobalVitistackIPPoolKind)),
+		Watches(&ipamv1alpha1.GlobalVitistackIPPool{}, handler.EnqueueRequestsFromMapFunc(r.claimsOfPool(ipamv1alpha1.GlobalVitistackIPPoolKind)),
 			builder.WithPredicates(poolBecameUsable())).
 		// A subnet-mode pool whose count of addresses in use fell has room again, and so
 		// may the other pools of its zone: their claims that found none go on.
-		Watches(&ipamv1alpha1.VitistackIPPool{}, handler.EnqueueRequestsFromMapFunc(a.claimsWaitingForRoom), builder.WithPredicates(roomFreed())).
-		Watches(&ipamv1alpha1.GlobalVitistackIPPool{}, handler.EnqueueRequestsFromMapFunc(a.claimsWaitingForRoom), builder.WithPredicates(roomFreed()))
-	return nil
+		Watches(&ipamv1alpha1.VitistackIPPool{}, handler.EnqueueRequestsFromMapFunc(r.claimsWaitingForRoom), builder.WithPredicates(roomFreed())).
+		Watches(&ipamv1alpha1.GlobalVitistackIPPool{}, handler.EnqueueRequestsFromMapFunc(r.claimsWaitingForRoom), builder.WithPredicates(roomFreed())).
+		Complete(r)
 }
 
 // claimsWaitingForRoom maps a subnet-mode pool to the live, unbound claims that found
 // no room in the subnet-mode pools of its zone (the index holds no others).
-func (a *Adapter) claimsWaitingForRoom(ctx context.Context, o client.Object) []reconcile.Request {
+func (r *Reconciler) claimsWaitingForRoom(ctx context.Context, o client.Object) []reconcile.Request {
 	pool, ok := o.(ipamv1alpha1.Pool)
 	if !ok {
 		return nil
 	}
 	zone := pool.PoolSpec().Zone
-	pools, err := index.ListPools(ctx, a.Client, client.UnsafeDisableDeepCopy)
+	pools, err := index.ListPools(ctx, r.Client, client.UnsafeDisableDeepCopy)
 	if err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Listing the pools of a zone failed")
 		return nil
 	}
-	var refs []string
-	for _, p := range pools {
-		if p.PoolSpec().Subnet != "" && p.PoolSpec().Zone == zone {
-			kind := ipamv1alpha1.VitistackIPPoolKind
-			if p.GetNamespace() == "" {
-				kind = ipamv1alpha1.GlobalVitistackIPPoolKind
-			}
-			refs = append(refs, index.PoolRefValue(kind, p.GetName()))
-		}
-	}
 	var reqs []reconcile.Request
-	for _, ref := range refs {
+	for _, p := range pools {
+		if p.PoolSpec().Subnet == "" || p.PoolSpec().Zone != zone {
+			continue
+		}
+		kind := ipamv1alpha1.VitistackIPPoolKind
+		if p.GetNamespace() == "" {
+			kind = ipamv1alpha1.GlobalVitistackIPPoolKind
+		}
 		claims := &ipamv1.IPAddressClaimList{}
-		if err := a.Client.List(ctx, claims, client.MatchingFields{index.ClaimWaiting: ref}, client.UnsafeDisableDeepCopy); err != nil {
+		if err := r.Client.List(ctx, claims, client.MatchingFields{index.ClaimWaiting: index.PoolRefValue(kind, p.GetName())}, client.UnsafeDisableDeepCopy); err != nil {
 			ctrl.LoggerFrom(ctx).Error(err, "Listing the claims waiting for room failed")
 			return nil
 		}
@@ -193,20 +194,16 @@ func roomFreed() predicate.Predicate {
 	}
 }
 
-// Observe tells the adapter what an IPAddress or claim names now (gone: it is
-// deleted), as the cache's events do in a manager; tests without one call it.
-func (a *Adapter) Observe(o client.Object, gone bool) { a.subnets.observe(o, gone) }
-
 // claimsOfPool maps a pool to its claims that have no address yet, and to its deleting
 // claims (an unpaused pool lets them be released).
-func (a *Adapter) claimsOfPool(kind string) handler.MapFunc {
+func (r *Reconciler) claimsOfPool(kind string) handler.MapFunc {
 	return func(ctx context.Context, pool client.Object) []reconcile.Request {
 		claims := &ipamv1.IPAddressClaimList{}
 		opts := []client.ListOption{client.MatchingFields{index.ClaimPoolRef: index.PoolRefValue(kind, pool.GetName())}}
 		if pool.GetNamespace() != "" {
 			opts = append(opts, client.InNamespace(pool.GetNamespace()))
 		}
-		if err := a.Client.List(ctx, claims, opts...); err != nil {
+		if err := r.Client.List(ctx, claims, opts...); err != nil {
 			ctrl.LoggerFrom(ctx).Error(err, "Listing the claims of a pool failed")
 			return nil
 		}
@@ -223,13 +220,13 @@ func (a *Adapter) claimsOfPool(kind string) handler.MapFunc {
 // sharers maps an IPAddress that came or went to the claims of all IPAddresses with the
 // same address in the same zone, when there are others: their AddressShared condition
 // changes.
-func (a *Adapter) sharers(ctx context.Context, o client.Object) []reconcile.Request {
+func (r *Reconciler) sharers(ctx context.Context, o client.Object) []reconcile.Request {
 	rec, err := record.OnAddress(o.GetLabels(), o.GetAnnotations())
 	if err != nil || rec == nil {
 		return nil
 	}
 	list := &ipamv1.IPAddressList{}
-	if err := index.ListByHost(ctx, a.Client, list, rec.HostKey()); err != nil {
+	if err := index.ListByHost(ctx, r.Client, list, rec.HostKey()); err != nil {
 		return nil
 	}
 	if len(list.Items) == 0 || len(list.Items) == 1 && list.Items[0].UID == o.GetUID() {
@@ -276,8 +273,7 @@ func userAnnotations(o client.Object) map[string]string {
 // changes such as the count of addresses in use do not pass, so a burst of allocations
 // does not re-queue every waiting claim again and again.
 func poolBecameUsable() predicate.Predicate {
-	return predicate.Funcs{
-		CreateFunc: func(event.CreateEvent) bool { return true },
+	return predicate.Funcs{ // a nil func passes
 		UpdateFunc: func(e event.UpdateEvent) bool {
 			if e.ObjectOld.GetGeneration() != e.ObjectNew.GetGeneration() {
 				return true
@@ -287,8 +283,7 @@ func poolBecameUsable() predicate.Predicate {
 			}
 			return !poolReady(e.ObjectOld) && poolReady(e.ObjectNew)
 		},
-		DeleteFunc:  func(event.DeleteEvent) bool { return false },
-		GenericFunc: func(event.GenericEvent) bool { return true },
+		DeleteFunc: func(event.DeleteEvent) bool { return false },
 	}
 }
 
