@@ -17,8 +17,8 @@ import (
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi"
 )
 
-// boundHasWork reports whether bound has more to do for a just-created IPAddress: a recorded
-// rotation, or a change the claim's annotations ask (a pending record is sent as it was made).
+// boundHasWork reports whether bound has more to do for a just-created IPAddress: a change the
+// claim's annotations ask (a pending record is sent as it was made, and never with an intent).
 func (h *Handler) boundHasWork(address *ipamv1.IPAddress) bool {
 	rec, err := record.OnAddress(address.Labels, address.Annotations)
 	if err != nil || rec == nil {

@@ -3,6 +3,7 @@ package claim_test
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,8 @@ import (
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"sigs.k8s.io/cluster-api-ipam-provider-in-cluster/pkg/ipamutil"
 
 	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/record"
@@ -498,4 +501,23 @@ func boundUnder(t *testing.T, claim, pool, secret string) (*world, *ipamv1.IPAdd
 		t.Fatalf("claim %s of pool %s is not bound:\n%s", claim, pool, w.describe())
 	}
 	return w, addr
+}
+
+// A claim restored (or moved) without its finalizer, before its pool: its record names a
+// registration, so it gets the finalizer back at once, and deleting it before the pool
+// comes releases its address.
+func TestARecordedClaimWithoutItsFinalizerGetsItBackBeforeItsPool(t *testing.T) {
+	w, _ := boundUnder(t, "r", "routed", "old")
+	c := w.get(claimObj("r", "", nil)).(*ipamv1.IPAddressClaim)
+	c.Finalizers = nil
+	must(t, w.direct.Update(w.ctx, c))
+	must(t, w.direct.Delete(w.ctx, &ipamv1alpha1.VitistackIPPool{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "routed"}}))
+	w.run(1)
+	if c := w.get(claimObj("r", "", nil)).(*ipamv1.IPAddressClaim); !slices.Contains(c.Finalizers, ipamutil.ReleaseAddressFinalizer) {
+		t.Fatalf("a recorded claim whose pool is missing has finalizers %v, want %s back", c.Finalizers, ipamutil.ReleaseAddressFinalizer)
+	}
+	w.deleteClaims("r")
+	w.settle()
+	w.gone(t, "r")
+	w.check()
 }

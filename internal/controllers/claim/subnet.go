@@ -151,7 +151,8 @@ func (s *subnetState) next(plan *subnet.Plan, key, pool string, skip map[netip.A
 	})
 }
 
-// subnetKey scopes picks and taken addresses to an IPAM-API zone, across overlapping pools.
+// subnetKey scopes taken addresses to an IPAM-API zone, across overlapping pools (as
+// record.HostKey scopes the reservation of a candidate).
 func subnetKey(endpoint, zone string) string {
 	return ipamapi.NormalizeEndpoint(endpoint) + "|" + zone
 }
@@ -197,8 +198,8 @@ func (h *Handler) decline(ctx context.Context, api ipamapi.Client, sec *registra
 	return h.skip(ctx, reg)
 }
 
-// skip drops a candidate held elsewhere from the record, and from every claim's picks of
-// the zone for the subnet recheck window, and the claim comes back at once for the next.
+// skip drops a candidate held elsewhere from the record, and, for the subnet recheck window,
+// from what any claim of the zone may pick; the claim comes back at once for the next.
 // So each address of a zone is tried at most once per window, whatever the number of
 // claims; once none is left to try, the claim says PoolExhausted and backs off. The claim
 // holds nothing of the candidate any more: after the window any claim may pick it, and a
