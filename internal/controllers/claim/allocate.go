@@ -38,9 +38,7 @@ func (h *Handler) allocate(ctx context.Context, address *ipamv1.IPAddress) outco
 			return asOutcome(err)
 		}
 	}
-	if h.everBound() { // the IPAddress took the record over when it was made from an answer
-		reg.Phase = record.PhaseRegistered
-	}
+	h.answeredIfBound(reg)
 	subnetMode := h.pool.PoolSpec().Subnet != ""
 	var api ipamapi.Client
 	var sec *registrar.Secret
@@ -123,6 +121,14 @@ func (h *Handler) allocate(ctx context.Context, address *ipamv1.IPAddress) outco
 			reg.Zone, h.claim.Spec.PoolRef.Kind, h.pool.GetName())), valueKey(reg.Secret, sec, nil), reg, true)
 	}
 	return h.registerFailed(ctx, reg, sec, err, firstAttempt)
+}
+
+// answeredIfBound makes the record of a claim once bound Registered, whatever phase it was
+// written in: the IPAddress took the record over when it was made from an answer.
+func (h *Handler) answeredIfBound(reg *record.Registration) {
+	if h.everBound() {
+		reg.Phase = record.PhaseRegistered
+	}
 }
 
 // everBound reports whether the claim was ever bound: addressRef is set only once its

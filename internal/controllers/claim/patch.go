@@ -13,6 +13,11 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	"sigs.k8s.io/cluster-api-ipam-provider-in-cluster/pkg/ipamutil"
+
+	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
 )
 
 // patchClaim writes what the reconcile changed on the claim since it was read or last
@@ -61,7 +66,13 @@ func (h *Handler) patchClaim(ctx context.Context) error {
 // patchMetadata writes the claim's changed metadata, locked to the version last read or written:
 // a reconcile that acted on a stale read (a lagging cache that misses the deletion, say) gets a
 // conflict here, before the request its record announces goes out, and runs again.
+//
+// A live claim that records a registration has the release finalizer: it goes out with the
+// first record, before any send, and comes back on a claim restored or moved without it.
 func (h *Handler) patchMetadata(ctx context.Context) error {
+	if _, recorded := h.claim.Annotations[ipamv1alpha1.RegistrationAnnotation]; recorded && h.claim.DeletionTimestamp.IsZero() {
+		controllerutil.AddFinalizer(h.claim, ipamutil.ReleaseAddressFinalizer)
+	}
 	meta, written := withoutStatus(h.claim), withoutStatus(h.written)
 	if apiequality.Semantic.DeepEqual(meta.ObjectMeta, written.ObjectMeta) && apiequality.Semantic.DeepEqual(meta.Spec, written.Spec) {
 		return nil

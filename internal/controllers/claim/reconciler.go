@@ -49,10 +49,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if deleting && !controllerutil.ContainsFinalizer(claim, ipamutil.ReleaseAddressFinalizer) {
 		return ctrl.Result{}, nil // never registered anything: nothing to release
 	}
-	if _, recorded := claim.Annotations[ipamv1alpha1.RegistrationAnnotation]; recorded && !deleting {
-		// Restored or moved without it: its release needs no pool.
-		controllerutil.AddFinalizer(claim, ipamutil.ReleaseAddressFinalizer)
-	}
 	pool, err := h.fetchPool(ctx)
 	switch {
 	case errors.Is(err, errPoolNotCached):
@@ -71,8 +67,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	case deleting:
 		return r.reconcileDelete(ctx, h)
 	}
-	// The finalizer goes out with the claim's first metadata write: its pending record, before any send.
-	controllerutil.AddFinalizer(claim, ipamutil.ReleaseAddressFinalizer)
 	return r.reconcileNormal(ctx, h, pool)
 }
 

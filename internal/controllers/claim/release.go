@@ -39,9 +39,7 @@ func (h *Handler) release(ctx context.Context) outcome {
 	// A claim once bound whose IPAddress went first (as in a namespace's deletion) is released
 	// as registered, with retention. A routed-mode record may name no address: sending it
 	// again learns it below.
-	if h.everBound() {
-		reg.Phase = record.PhaseRegistered
-	}
+	h.answeredIfBound(reg)
 	if _, moving := h.claim.Annotations[clusterctlv1.DeleteForMoveAnnotation]; moving {
 		ctrl.LoggerFrom(ctx).V(2).Info("Claim deleted by clusterctl move, keeping its address registered")
 		h.forget()
