@@ -86,6 +86,11 @@ export E2E_IMAGE := $(IMG)
 # while they run, and how long they took.
 PROGRESS := $(ROOT)/hack/progress.sh
 
+# Every build of this repository but the race-detector tests is static and trimmed, as the
+# image's: from cold, one compile of the dependencies serves the binaries, vet and the
+# generators (each other mix of cgo and -trimpath compiles them all again).
+GO_STATIC := env CGO_ENABLED=0 go
+
 GO_TEST_FLAGS ?= -race -count=1
 TEST_TIMEOUT ?= 40m
 
@@ -106,9 +111,9 @@ manifests: $(CONTROLLER_GEN) $(KUSTOMIZE) ## Generate CRDs, RBAC and webhook con
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
 	$(CONTROLLER_GEN) rbac:roleName=manager-role paths=./internal/... paths=./cmd/... output:rbac:artifacts:config=config/rbac
 	$(CONTROLLER_GEN) webhook paths=./internal/webhooks/... output:webhook:artifacts:config=config/webhook
-	go run ./hack/capi-crds config/services/capi-crds
-	go run ./hack/docgen
-	go run ./hack/chart -kustomize $(KUSTOMIZE)
+	$(GO_STATIC) run -trimpath ./hack/capi-crds config/services/capi-crds
+	$(GO_STATIC) run -trimpath ./hack/docgen
+	$(GO_STATIC) run -trimpath ./hack/chart -kustomize $(KUSTOMIZE)
 
 .PHONY: verify-gen
 verify-gen: generate manifests ## Fail if generated files are stale.
@@ -132,7 +137,7 @@ fmt: ## Run go fmt.
 
 .PHONY: vet
 vet: ## Run go vet.
-	go vet ./...
+	$(GO_STATIC) vet -trimpath ./...
 
 .PHONY: lint
 lint: $(GOLANGCI_LINT) ## Run golangci-lint (config: .golangci.yml).
@@ -141,9 +146,9 @@ lint: $(GOLANGCI_LINT) ## Run golangci-lint (config: .golangci.yml).
 .PHONY: build
 build: ## Build the manager and the IPAM-API stand-in into bin/ (static, as the image packages them), and the quickstart.
 	@$(PROGRESS) "Building the manager, the IPAM-API stand-in and the quickstart into bin/ (~2 min the first time, then seconds)" -- bash -ec '\
-		CGO_ENABLED=0 go build -trimpath -ldflags "-X main.version=$(VERSION)" -o $(MANAGER) ./cmd/manager; \
-		CGO_ENABLED=0 go build -trimpath -o $(IPAM_API_SIM) ./cmd/ipam-api-sim; \
-		go build -o $(BIN)/quickstart ./hack/quickstart' 
+		$(GO_STATIC) build -trimpath -ldflags "-X main.version=$(VERSION)" -o $(MANAGER) ./cmd/manager; \
+		$(GO_STATIC) build -trimpath -o $(IPAM_API_SIM) ./cmd/ipam-api-sim; \
+		$(GO_STATIC) build -trimpath -o $(BIN)/quickstart ./hack/quickstart' 
 
 .PHONY: docker-build
 docker-build: ## Build the image IMG (default ghcr.io/vitistack/cluster-api-ipam-provider-vitistack:VERSION; needs a Docker engine, which CI lacks: it checks the binary instead).
@@ -205,19 +210,30 @@ E2E_ON_OLDEST := ^Test(Init|Clusterctl|HelmChart|ChartUpgrades|WorkloadFlavour|C
 
 .PHONY: ci
 ci: ## What CI runs (.ci/run): every tool built first, two at a time; make test on the newest Kubernetes, then make test-kube on the oldest (its e2e tests of installs, upgrades and claims).
-	$(MAKE) -j2 ci-tools
+	$(MAKE) ci-tools
 	$(MAKE) test KUBE_VERSION=$(KUBE_VERSION_NEWEST)
 	$(MAKE) test-kube KUBE_VERSION=$(KUBE_VERSION_OLDEST) RUN='$(E2E_ON_OLDEST)'
 
-# Every tool the suites of make ci run, for both Kubernetes versions. Built from cold, one
-# go build leaves a core idle while it downloads modules or links a binary; two at a time
-# fill it. (Each build writes only its own file in bin/; Go's caches take concurrent builds.)
+# Every tool the suites of make ci run, for both Kubernetes versions, in two lanes side by
+# side: from cold, one go build leaves a core idle while it downloads modules or links.
+# Within a lane, one build at a time, and builds that compile the same packages follow each
+# other in one lane (the manager and clusterctl; kube-apiserver and kube-controller-manager;
+# promtool and Prometheus): two go builds compile a package they both need twice.
 .PHONY: ci-tools
-ci-tools: build $(CONTROLLER_GEN) $(GOLANGCI_LINT) $(KUSTOMIZE) $(CLUSTERCTL) $(PROMTOOL) $(PROMETHEUS) $(HELM) $(METALLB) $(PREVIOUS_MANAGER) test-assets ci-tools-oldest
+ci-tools:
+	@$(MAKE) --no-print-directory -j2 ci-tools-lane-a ci-tools-lane-b
 
-.PHONY: ci-tools-oldest
-ci-tools-oldest:
-	@$(MAKE) --no-print-directory test-assets KUBE_VERSION=$(KUBE_VERSION_OLDEST)
+# A lane makes its tools one after the other, each by a make of its own: one make given them
+# all would build two at once as soon as the other lane is done.
+.PHONY: ci-tools-lane-a ci-tools-lane-b
+ci-tools-lane-a:
+	@for t in build $(CLUSTERCTL) $(CONTROLLER_GEN) $(GOLANGCI_LINT) $(METALLB) $(HELM) $(PROMTOOL) $(PROMETHEUS); do \
+		$(MAKE) --no-print-directory $$t || exit 1; done
+ci-tools-lane-b:
+	@for t in $(KUSTOMIZE) $(TEST_ASSETS); do $(MAKE) --no-print-directory $$t || exit 1; done
+	@for t in kube-apiserver kube-controller-manager etcd; do \
+		$(MAKE) --no-print-directory $(BIN)/k8s/$(KUBE_VERSION_OLDEST)/$$t KUBE_VERSION=$(KUBE_VERSION_OLDEST) || exit 1; done
+	@$(MAKE) --no-print-directory $(PREVIOUS_MANAGER)
 
 .PHONY: test-unit
 test-unit: $(PROMTOOL) $(HELM) release ## Only the fast tier: tests that start no control plane (seconds; builds promtool and Helm once).
@@ -271,10 +287,12 @@ $(KUSTOMIZE): hack/tools/kustomize/go.mod
 	@cd hack/tools/kustomize && $(PROGRESS) "Building kustomize from source into bin/ (first run only, ~1 min)" -- \
 		go build -o $@ sigs.k8s.io/kustomize/kustomize/v5
 
-# clusterctl reports the Cluster API version it was pinned at (`clusterctl version`).
+# clusterctl reports the Cluster API version it was pinned at (`clusterctl version`). Its
+# module pins the dependencies this repository's go.mod has, and it is built as the
+# manager is ($(GO_STATIC), -trimpath): from cold, they are compiled once for both.
 CLUSTERCTL_VERSION = $(shell awk '$$1 == "require" && $$2 == "sigs.k8s.io/cluster-api" {print $$3}' hack/tools/clusterctl/go.mod)
 $(CLUSTERCTL): hack/tools/clusterctl/go.mod
-	@cd hack/tools/clusterctl && $(PROGRESS) "Building clusterctl $(CLUSTERCTL_VERSION) from source into bin/ (first run only, ~2 min)" -- go build -ldflags "-X sigs.k8s.io/cluster-api/version.gitVersion=$(CLUSTERCTL_VERSION) \
+	@cd hack/tools/clusterctl && $(PROGRESS) "Building clusterctl $(CLUSTERCTL_VERSION) from source into bin/ (first run only, ~2 min)" -- $(GO_STATIC) build -trimpath -ldflags "-X sigs.k8s.io/cluster-api/version.gitVersion=$(CLUSTERCTL_VERSION) \
 		-X sigs.k8s.io/cluster-api/version.gitMajor=1 -X sigs.k8s.io/cluster-api/version.gitMinor=$(word 2,$(subst ., ,$(CLUSTERCTL_VERSION)))" \
 		-o $@ sigs.k8s.io/cluster-api/cmd/clusterctl
 

@@ -31,7 +31,7 @@ import (
 func TestBinaryIsStaticAndStarts(t *testing.T) {
 	g := NewWithT(t)
 	bin := filepath.Join(t.TempDir(), "manager")
-	build := exec.Command("go", "build", "-ldflags", "-X main.version=v0.0.0-test", "-o", bin, ".")
+	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-X main.version=v0.0.0-test", "-o", bin, ".")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	out, err := build.CombinedOutput()
 	g.Expect(err).NotTo(HaveOccurred(), string(out))
