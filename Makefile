@@ -209,31 +209,9 @@ test-kube: test-assets e2e-assets $(PROMETHEUS) $(HELM) $(PREVIOUS_MANAGER) ## O
 E2E_ON_OLDEST := ^Test(Init|Clusterctl|HelmChart|ChartUpgrades|WorkloadFlavour|ClaimsOfACluster|ClaimWithoutCluster|ExhaustedZone)
 
 .PHONY: ci
-ci: ## What CI runs (.ci/run): every tool built first, two at a time; make test on the newest Kubernetes, then make test-kube on the oldest (its e2e tests of installs, upgrades and claims).
-	$(MAKE) ci-tools
+ci: ## What CI runs (.ci/run): make test on the newest Kubernetes, then make test-kube on the oldest (its e2e tests of installs, upgrades and claims).
 	$(MAKE) test KUBE_VERSION=$(KUBE_VERSION_NEWEST)
 	$(MAKE) test-kube KUBE_VERSION=$(KUBE_VERSION_OLDEST) RUN='$(E2E_ON_OLDEST)'
-
-# Every tool the suites of make ci run, for both Kubernetes versions, in two lanes side by
-# side: from cold, one go build leaves a core idle while it downloads modules or links.
-# Within a lane, one build at a time, and builds that compile the same packages follow each
-# other in one lane (the manager and clusterctl; kube-apiserver and kube-controller-manager;
-# promtool and Prometheus): two go builds compile a package they both need twice.
-.PHONY: ci-tools
-ci-tools:
-	@$(MAKE) --no-print-directory -j2 ci-tools-lane-a ci-tools-lane-b
-
-# A lane makes its tools one after the other, each by a make of its own: one make given them
-# all would build two at once as soon as the other lane is done.
-.PHONY: ci-tools-lane-a ci-tools-lane-b
-ci-tools-lane-a:
-	@for t in build $(CLUSTERCTL) $(CONTROLLER_GEN) $(GOLANGCI_LINT) $(METALLB) $(HELM) $(PROMTOOL) $(PROMETHEUS); do \
-		$(MAKE) --no-print-directory $$t || exit 1; done
-ci-tools-lane-b:
-	@for t in $(KUSTOMIZE) $(TEST_ASSETS); do $(MAKE) --no-print-directory $$t || exit 1; done
-	@for t in kube-apiserver kube-controller-manager etcd; do \
-		$(MAKE) --no-print-directory $(BIN)/k8s/$(KUBE_VERSION_OLDEST)/$$t KUBE_VERSION=$(KUBE_VERSION_OLDEST) || exit 1; done
-	@$(MAKE) --no-print-directory $(PREVIOUS_MANAGER)
 
 .PHONY: test-unit
 test-unit: $(PROMTOOL) $(HELM) release ## Only the fast tier: tests that start no control plane (seconds; builds promtool and Helm once).

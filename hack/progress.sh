@@ -3,8 +3,8 @@
 #
 # Runs COMMAND and says what it is doing: a line when it starts ("==> WHAT"), one every
 # 30 s while it runs ("    ... still WHAT (1m30s)"), and how long it took ("    done in
-# 2m05s: WHAT", which says which of two steps run side by side ended). For the long
-# steps of make (tool builds from source, test suites), which print nothing for minutes.
+# 2m05s: WHAT"). For the long steps of make (tool builds from source, test suites), which
+# print nothing for minutes.
 # COMMAND's own output passes through; its exit code is this script's.
 set -uo pipefail
 what=$1
