@@ -370,13 +370,13 @@ quickstart: ## Everything on this machine: control plane, clusterctl init --ipam
 
 .PHONY: status
 status: ## Claims (Ready, address, pool, age), LoadBalancer Services and pools of KUBECONFIG (default: the running quickstart's) in one table.
-	@go build -o $(BIN)/quickstart ./hack/quickstart
+	@$(GO_STATIC) build -trimpath -o $(BIN)/quickstart ./hack/quickstart
 	@KUBECONFIG="$${KUBECONFIG:-$(ROOT)/out/quickstart/quickstart/kubeconfig}" $(BIN)/quickstart status
 
 .PHONY: run-sim
 run-sim: ## Run the IPAM-API stand-in on 127.0.0.1:3000 (state in out/ipam-api-sim.json).
 	mkdir -p out
-	go run ./cmd/ipam-api-sim --listen 127.0.0.1:3000 --state-file out/ipam-api-sim.json --debug-listen 127.0.0.1:3001
+	$(GO_STATIC) run -trimpath ./cmd/ipam-api-sim --listen 127.0.0.1:3000 --state-file out/ipam-api-sim.json --debug-listen 127.0.0.1:3001
 
 .PHONY: install-crds
 install-crds: ## Apply the CAPI IPAM and Cluster CRDs (v1beta2 only, as the workload flavour ships them) and this provider's CRDs to the current KUBECONFIG.
@@ -385,7 +385,7 @@ install-crds: ## Apply the CAPI IPAM and Cluster CRDs (v1beta2 only, as the work
 
 .PHONY: run
 run: ## Run the manager against the current KUBECONFIG and the stand-in, without webhooks.
-	go run ./cmd/manager --ipam-api-url http://127.0.0.1:3000 --enable-webhooks=false \
+	$(GO_STATIC) run -trimpath ./cmd/manager --ipam-api-url http://127.0.0.1:3000 --enable-webhooks=false \
 		--default-secret-namespace default --insecure-diagnostics --diagnostics-address 127.0.0.1:8080
 
 .PHONY: bench
@@ -403,7 +403,7 @@ BENCH_FLAGS ?=
 .PHONY: bench-compare
 bench-compare: build $(IPAM_INCLUSTER) ## Compare with the in-cluster IPAM provider v1.1.0 (fresh control planes; report in out/bench/compare.md; not part of make test).
 	$(MAKE) test-assets KUBE_VERSION=$(BENCH_KUBE_VERSION)
-	go run ./test/bench/compare --n $(BENCH_N) --reps $(BENCH_REPS) --quiet $(BENCH_QUIET) \
+	$(GO_STATIC) run -trimpath ./test/bench/compare --n $(BENCH_N) --reps $(BENCH_REPS) --quiet $(BENCH_QUIET) \
 		--assets $(BIN)/k8s/$(BENCH_KUBE_VERSION) --manager $(MANAGER) --sim $(IPAM_API_SIM) --incluster $(IPAM_INCLUSTER) \
 		--incluster-crds "$$(cd hack/tools/incluster && go list -m -f '{{.Dir}}' sigs.k8s.io/cluster-api-ipam-provider-in-cluster)/config/crd/bases" \
 		--out $(ROOT)/out/bench/compare.md $(BENCH_FLAGS)
