@@ -90,6 +90,12 @@ PROGRESS := $(ROOT)/hack/progress.sh
 # image's: from cold, one compile of the dependencies serves the binaries, vet and the
 # generators (each other mix of cgo and -trimpath compiles them all again).
 GO_STATIC := env CGO_ENABLED=0 go
+# Builds (not runs) also let the compiler and the linker collect garbage only as their heap
+# nears 3 GiB, not each time it doubles: from cold, kube-apiserver builds 11 % faster and
+# etcd 21 % (2.5 GB at most per process). Not for a program it would run (the manager, a
+# benchmark): that one would hardly collect at all.
+GO_BUILD_GC := GOGC=off GOMEMLIMIT=3GiB
+GO_BUILD := env $(GO_BUILD_GC) CGO_ENABLED=0 go
 
 GO_TEST_FLAGS ?= -race -count=1
 TEST_TIMEOUT ?= 40m
@@ -111,9 +117,9 @@ manifests: $(CONTROLLER_GEN) $(KUSTOMIZE) ## Generate CRDs, RBAC and webhook con
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
 	$(CONTROLLER_GEN) rbac:roleName=manager-role paths=./internal/... paths=./cmd/... output:rbac:artifacts:config=config/rbac
 	$(CONTROLLER_GEN) webhook paths=./internal/webhooks/... output:webhook:artifacts:config=config/webhook
-	$(GO_STATIC) run -trimpath ./hack/capi-crds config/services/capi-crds
-	$(GO_STATIC) run -trimpath ./hack/docgen
-	$(GO_STATIC) run -trimpath ./hack/chart -kustomize $(KUSTOMIZE)
+	$(GO_BUILD) run -trimpath ./hack/capi-crds config/services/capi-crds
+	$(GO_BUILD) run -trimpath ./hack/docgen
+	$(GO_BUILD) run -trimpath ./hack/chart -kustomize $(KUSTOMIZE)
 
 .PHONY: verify-gen
 verify-gen: generate manifests ## Fail if generated files are stale.
@@ -137,18 +143,21 @@ fmt: ## Run go fmt.
 
 .PHONY: vet
 vet: ## Run go vet.
-	$(GO_STATIC) vet -trimpath ./...
+	$(GO_BUILD) vet -trimpath ./...
 
 .PHONY: lint
 lint: $(GOLANGCI_LINT) ## Run golangci-lint (config: .golangci.yml).
-	$(GOLANGCI_LINT) run ./...
+	@# It reads the dependencies' export data through go list: built as vet and the binaries
+	@# build them, they come from that compile (cold: 77 s instead of 294 s, which compiled
+	@# them all again with cgo and full paths).
+	env CGO_ENABLED=0 GOFLAGS="$(GOFLAGS) -trimpath" $(GOLANGCI_LINT) run ./...
 
 .PHONY: build
 build: ## Build the manager and the IPAM-API stand-in into bin/ (static, as the image packages them), and the quickstart.
 	@$(PROGRESS) "Building the manager, the IPAM-API stand-in and the quickstart into bin/ (~2 min the first time, then seconds)" -- bash -ec '\
-		$(GO_STATIC) build -trimpath -ldflags "-X main.version=$(VERSION)" -o $(MANAGER) ./cmd/manager; \
-		$(GO_STATIC) build -trimpath -o $(IPAM_API_SIM) ./cmd/ipam-api-sim; \
-		$(GO_STATIC) build -trimpath -o $(BIN)/quickstart ./hack/quickstart' 
+		$(GO_BUILD) build -trimpath -ldflags "-X main.version=$(VERSION)" -o $(MANAGER) ./cmd/manager; \
+		$(GO_BUILD) build -trimpath -o $(IPAM_API_SIM) ./cmd/ipam-api-sim; \
+		$(GO_BUILD) build -trimpath -o $(BIN)/quickstart ./hack/quickstart' 
 
 .PHONY: docker-build
 docker-build: ## Build the image IMG (default ghcr.io/vitistack/cluster-api-ipam-provider-vitistack:VERSION; needs a Docker engine, which CI lacks: it checks the binary instead).
@@ -255,22 +264,22 @@ e2e-assets: build local-repository $(CLUSTERCTL) $(METALLB) ## Build what test/e
 
 $(CONTROLLER_GEN): hack/tools/controller-gen/go.mod
 	@cd hack/tools/controller-gen && $(PROGRESS) "Building controller-gen from source into bin/ (first run only, ~1 min)" -- \
-		go build -o $@ sigs.k8s.io/controller-tools/cmd/controller-gen
+		$(GO_BUILD) build -o $@ sigs.k8s.io/controller-tools/cmd/controller-gen
 
 $(GOLANGCI_LINT): hack/tools/golangci-lint/go.mod
 	@cd hack/tools/golangci-lint && $(PROGRESS) "Building golangci-lint from source into bin/ (first run only, ~3 min)" -- \
-		go build -o $@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+		$(GO_BUILD) build -o $@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint
 
 $(KUSTOMIZE): hack/tools/kustomize/go.mod
 	@cd hack/tools/kustomize && $(PROGRESS) "Building kustomize from source into bin/ (first run only, ~1 min)" -- \
-		go build -o $@ sigs.k8s.io/kustomize/kustomize/v5
+		$(GO_BUILD) build -o $@ sigs.k8s.io/kustomize/kustomize/v5
 
 # clusterctl reports the Cluster API version it was pinned at (`clusterctl version`). Its
 # module pins the dependencies this repository's go.mod has, and it is built as the
-# manager is ($(GO_STATIC), -trimpath): from cold, they are compiled once for both.
+# manager is ($(GO_BUILD), -trimpath): from cold, they are compiled once for both.
 CLUSTERCTL_VERSION = $(shell awk '$$1 == "require" && $$2 == "sigs.k8s.io/cluster-api" {print $$3}' hack/tools/clusterctl/go.mod)
 $(CLUSTERCTL): hack/tools/clusterctl/go.mod
-	@cd hack/tools/clusterctl && $(PROGRESS) "Building clusterctl $(CLUSTERCTL_VERSION) from source into bin/ (first run only, ~2 min)" -- $(GO_STATIC) build -trimpath -ldflags "-X sigs.k8s.io/cluster-api/version.gitVersion=$(CLUSTERCTL_VERSION) \
+	@cd hack/tools/clusterctl && $(PROGRESS) "Building clusterctl $(CLUSTERCTL_VERSION) from source into bin/ (first run only, ~2 min)" -- $(GO_BUILD) build -trimpath -ldflags "-X sigs.k8s.io/cluster-api/version.gitVersion=$(CLUSTERCTL_VERSION) \
 		-X sigs.k8s.io/cluster-api/version.gitMajor=1 -X sigs.k8s.io/cluster-api/version.gitMinor=$(word 2,$(subst ., ,$(CLUSTERCTL_VERSION)))" \
 		-o $@ sigs.k8s.io/cluster-api/cmd/clusterctl
 
@@ -280,13 +289,13 @@ $(CLUSTERCTL): hack/tools/clusterctl/go.mod
 PROMETHEUS_TAGS := remove_all_sd
 $(PROMTOOL): hack/tools/prometheus/go.mod
 	@cd hack/tools/prometheus && $(PROGRESS) "Building promtool from source into bin/ (first run only, ~4 min)" -- \
-		env CGO_ENABLED=0 go build -trimpath -tags $(PROMETHEUS_TAGS) -o $@ github.com/prometheus/prometheus/cmd/promtool
+		$(GO_BUILD) build -trimpath -tags $(PROMETHEUS_TAGS) -o $@ github.com/prometheus/prometheus/cmd/promtool
 
 # The Prometheus server (no web UI assets: the e2e tests use its HTTP API); it shares
 # most of its build with promtool.
 $(PROMETHEUS): hack/tools/prometheus/go.mod $(PROMTOOL)
 	@cd hack/tools/prometheus && $(PROGRESS) "Building the Prometheus server from source into bin/ (first run only, ~2 min)" -- \
-		env CGO_ENABLED=0 go build -trimpath -tags $(PROMETHEUS_TAGS) -o $@ github.com/prometheus/prometheus/cmd/prometheus
+		$(GO_BUILD) build -trimpath -tags $(PROMETHEUS_TAGS) -o $@ github.com/prometheus/prometheus/cmd/prometheus
 
 .PHONY: promtool
 promtool: $(PROMTOOL) ## Build promtool into bin/ (cached): it unit-tests the alert rules.
@@ -295,7 +304,7 @@ promtool: $(PROMTOOL) ## Build promtool into bin/ (cached): it unit-tests the al
 HELM_VERSION = $(shell awk '$$1 == "require" && $$2 == "helm.sh/helm/v4" {print $$3}' hack/tools/helm/go.mod)
 $(HELM): hack/tools/helm/go.mod
 	@cd hack/tools/helm && $(PROGRESS) "Building Helm $(HELM_VERSION) from source into bin/ (first run only, ~2 min)" -- \
-		env CGO_ENABLED=0 go build -trimpath -ldflags "-X helm.sh/helm/v4/internal/version.version=$(HELM_VERSION)" -o $@ helm.sh/helm/v4/cmd/helm
+		$(GO_BUILD) build -trimpath -ldflags "-X helm.sh/helm/v4/internal/version.version=$(HELM_VERSION)" -o $@ helm.sh/helm/v4/cmd/helm
 
 .PHONY: helm-package
 helm-package: $(HELM) ## Write the chart's archive to out/charts/, ready for helm push to an OCI registry.
@@ -318,7 +327,7 @@ release: release-manifests helm-package ## Write out/release/VERSION/: the compo
 # The previous release (PREVIOUS_*), for the upgrade tests in test/e2e.
 $(PREVIOUS_MANAGER): hack/previous-release.sh | $(KUSTOMIZE)
 	@$(PROGRESS) "Building the previous release $(PREVIOUS_VERSION) from $(PREVIOUS_COMMIT) into bin/previous/ (first run only, ~2 min)" -- \
-		hack/previous-release.sh $(PREVIOUS_COMMIT) $(PREVIOUS_VERSION) $(PREVIOUS_RELEASE) $(KUSTOMIZE)
+		env $(GO_BUILD_GC) hack/previous-release.sh $(PREVIOUS_COMMIT) $(PREVIOUS_VERSION) $(PREVIOUS_RELEASE) $(KUSTOMIZE)
 
 .PHONY: previous-release
 previous-release: $(PREVIOUS_MANAGER) ## Build the previous release (manager and manifests) from its commit into bin/previous/, for the upgrade tests.
@@ -327,7 +336,7 @@ previous-release: $(PREVIOUS_MANAGER) ## Build the previous release (manager and
 # controller alone (no speaker: nothing needs announcing on loopback).
 $(METALLB): hack/tools/metallb/go.mod
 	@cd hack/tools/metallb && $(PROGRESS) "Building MetalLB's controller from source into bin/ (first run only, ~3 min)" -- \
-		env CGO_ENABLED=0 go build -trimpath -o $@ go.universe.tf/metallb/controller
+		$(GO_BUILD) build -trimpath -o $@ go.universe.tf/metallb/controller
 	@rm -rf $(METALLB_CRDS) && mkdir -p $(METALLB_CRDS) && \
 		cp "$$(cd hack/tools/metallb && go list -m -f '{{.Dir}}' go.universe.tf/metallb)"/config/crd/bases/*.yaml $(METALLB_CRDS)/ && \
 		chmod u+w $(METALLB_CRDS)/*.yaml
@@ -336,19 +345,19 @@ $(METALLB): hack/tools/metallb/go.mod
 IPAM_INCLUSTER := $(BIN)/ipam-incluster
 $(IPAM_INCLUSTER): hack/tools/incluster/go.mod
 	@cd hack/tools/incluster && $(PROGRESS) "Building the in-cluster IPAM provider from source into bin/ (first run only, ~2 min)" -- \
-		env CGO_ENABLED=0 go build -o $@ sigs.k8s.io/cluster-api-ipam-provider-in-cluster
+		$(GO_BUILD) build -o $@ sigs.k8s.io/cluster-api-ipam-provider-in-cluster
 
 $(ETCD): hack/tools/etcd/$(ETCD_VERSION)/go.mod
 	@cd hack/tools/etcd/$(ETCD_VERSION) && $(PROGRESS) "Building etcd $(ETCD_VERSION) from source into bin/ (first run only, ~2 min)" -- \
-		env CGO_ENABLED=0 go build -o $@ go.etcd.io/etcd/server/v3
+		$(GO_BUILD) build -o $@ go.etcd.io/etcd/server/v3
 
 $(KUBE_APISERVER): hack/tools/kube/$(KUBE_VERSION)/go.mod
 	@cd hack/tools/kube/$(KUBE_VERSION) && $(PROGRESS) "Building kube-apiserver $(KUBE_VERSION) from source into bin/ (first run only, ~6 min on 2 cores, with its module downloads more)" -- \
-		env CGO_ENABLED=0 go build -ldflags "$(KUBE_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/kube-apiserver
+		$(GO_BUILD) build -ldflags "$(KUBE_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/kube-apiserver
 
 $(KUBE_CONTROLLER_MANAGER): hack/tools/kube/$(KUBE_VERSION)/go.mod
 	@cd hack/tools/kube/$(KUBE_VERSION) && $(PROGRESS) "Building kube-controller-manager $(KUBE_VERSION) from source into bin/ (first run only, ~4 min on 2 cores)" -- \
-		env CGO_ENABLED=0 go build -ldflags "$(KUBE_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/kube-controller-manager
+		$(GO_BUILD) build -ldflags "$(KUBE_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/kube-controller-manager
 
 .PHONY: tools
 tools: $(CONTROLLER_GEN) $(GOLANGCI_LINT) $(KUSTOMIZE) $(CLUSTERCTL) $(HELM) test-assets ## Build every tool into bin/.
@@ -370,7 +379,7 @@ quickstart: ## Everything on this machine: control plane, clusterctl init --ipam
 
 .PHONY: status
 status: ## Claims (Ready, address, pool, age), LoadBalancer Services and pools of KUBECONFIG (default: the running quickstart's) in one table.
-	@$(GO_STATIC) build -trimpath -o $(BIN)/quickstart ./hack/quickstart
+	@$(GO_BUILD) build -trimpath -o $(BIN)/quickstart ./hack/quickstart
 	@KUBECONFIG="$${KUBECONFIG:-$(ROOT)/out/quickstart/quickstart/kubeconfig}" $(BIN)/quickstart status
 
 .PHONY: run-sim
