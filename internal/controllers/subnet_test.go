@@ -231,10 +231,8 @@ func TestACutShortSubnetCheckIsFinished(t *testing.T) {
 	ns := newNamespace(t)
 	// What a manager that died mid-check left: the registration in the IPAM-API and
 	// its record on the pool.
-	id := `{"serviceName":"vitistack-ipam-subnet-probe","namespaceID":"a-pool-uid-of-before","clusterID":"` + uidOf(t, "kube-system") + `"}`
-	registerDirect(t, `{"secret":"`+defaultSecretValue(t)+`","zone":"hnet-private","ip_family":"ipv4","address":"10.68.0.0/32","service":`+
-		`{"service_name":"vitistack-ipam-subnet-probe","namespace_id":"a-pool-uid-of-before","cluster_id":"`+uidOf(t, "kube-system")+`",`+
-		`"retention_period_days":0,"deny_external_cleanup":false}}`)
+	id := oldCheckIdentity(t)
+	registerOldCheck(t, "10.68.0.0/32")
 	spec := subnetPool("hnet-private", ipamv1alpha1.IPv4, "10.68.0.0/29", "10.68.0.1")
 	pool := &ipamv1alpha1.VitistackIPPool{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "cut-short",
 		Annotations: map[string]string{ipamv1alpha1.SubnetProbeAnnotation: `{"address":"10.68.0.0/32","identity":` + id + `}`}}, Spec: spec}
@@ -247,13 +245,30 @@ func TestACutShortSubnetCheckIsFinished(t *testing.T) {
 	poolReady(t, pool, metav1.ConditionTrue, "Ready", "accepts zone hnet-private")
 }
 
+// oldCheckPool is the pool UID a cut-short subnet check was registered under: a pool of
+// before, not the one the test creates.
+const oldCheckPool = "a-pool-uid-of-before"
+
+// oldCheckIdentity is the identity of such a check, as the pool's record names it.
+func oldCheckIdentity(t *testing.T) string {
+	return `{"serviceName":"vitistack-ipam-subnet-probe","namespaceID":"` + oldCheckPool + `","clusterID":"` + uidOf(t, "kube-system") + `"}`
+}
+
+// registerOldCheck registers address in the IPAM-API under that identity, as a manager
+// that died mid-check left it.
+func registerOldCheck(t *testing.T, address string) {
+	registerDirect(t, `{"secret":"`+defaultSecretValue(t)+`","zone":"hnet-private","ip_family":"ipv4","address":"`+address+`","service":`+
+		`{"service_name":"vitistack-ipam-subnet-probe","namespace_id":"`+oldCheckPool+`","cluster_id":"`+uidOf(t, "kube-system")+`",`+
+		`"retention_period_days":0,"deny_external_cleanup":false}}`)
+}
+
 // expectOldCheckReleased asserts that the registration of a cut-short subnet check (under
 // the identity of the pool of before) is released: expiring, or swept already. The pool's
 // own check of its subnet may hold the address at that moment, under its own identity.
 func expectOldCheckReleased(g Gomega, address string) {
 	var old []sim.Holder
 	for _, h := range holdersOf(address) {
-		if h.NamespaceID == "a-pool-uid-of-before" {
+		if h.NamespaceID == oldCheckPool {
 			old = append(old, h)
 		}
 	}
@@ -268,10 +283,8 @@ func TestACutShortSubnetCheckWaitsOutItsRequest(t *testing.T) {
 	g := NewWithT(t)
 	ns := newNamespace(t)
 	const quarantine = 4 * time.Second
-	id := `{"serviceName":"vitistack-ipam-subnet-probe","namespaceID":"a-pool-uid-of-before","clusterID":"` + uidOf(t, "kube-system") + `"}`
-	registerDirect(t, `{"secret":"`+defaultSecretValue(t)+`","zone":"hnet-private","ip_family":"ipv4","address":"10.69.0.0/32","service":`+
-		`{"service_name":"vitistack-ipam-subnet-probe","namespace_id":"a-pool-uid-of-before","cluster_id":"`+uidOf(t, "kube-system")+`",`+
-		`"retention_period_days":0,"deny_external_cleanup":false}}`)
+	id := oldCheckIdentity(t)
+	registerOldCheck(t, "10.69.0.0/32")
 	sent := time.Now()
 	spec := subnetPool("hnet-private", ipamv1alpha1.IPv4, "10.69.0.0/29", "10.69.0.1")
 	pool := &ipamv1alpha1.VitistackIPPool{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "cut-short-just-now",
@@ -297,7 +310,7 @@ func TestACutShortSubnetCheckWaitsOutItsRequest(t *testing.T) {
 func TestACutShortSubnetCheckThatCannotBeFinishedSaysWhy(t *testing.T) {
 	g := NewWithT(t)
 	ns := newNamespace(t)
-	id := `{"serviceName":"vitistack-ipam-subnet-probe","namespaceID":"a-pool-uid-of-before","clusterID":"` + uidOf(t, "kube-system") + `"}`
+	id := oldCheckIdentity(t)
 	spec := subnetPool("hnet-private", ipamv1alpha1.IPv4, "10.70.0.0/29", "10.70.0.1")
 	spec.Endpoint = "http://127.0.0.1:1"
 	pool := &ipamv1alpha1.VitistackIPPool{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "cut-short-unreachable",
