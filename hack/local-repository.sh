@@ -37,8 +37,11 @@ CERT_MANAGER_VERSION=$(module "$root/hack/tools/cert-manager" github.com/cert-ma
 [ -d "$capi/core/config/default" ] || { echo "Cluster API not found in the module cache" >&2; exit 1; }
 [ -d "$cm/deploy/crds" ] || { echo "cert-manager not found in the module cache" >&2; exit 1; }
 
-rm -rf "$repo"
-mkdir -p "$repo"
+# Written beside it, and swapped in only if something changed: a clusterctl reading the
+# repository meanwhile (the e2e tests while `make quickstart` runs) finds it whole.
+final=$repo
+repo=$(mktemp -d "$final.new.XXXXXX")
+trap 'rm -rf "$repo"' EXIT
 
 # This provider, as released.
 mkdir -p "$repo/ipam-vitistack/$version"
@@ -73,18 +76,23 @@ cat >"$repo/clusterctl.yaml" <<EOF
 providers:
   - name: cluster-api
     type: CoreProvider
-    url: file://$repo/cluster-api/$CAPI_VERSION/core-components.yaml
+    url: file://$final/cluster-api/$CAPI_VERSION/core-components.yaml
   - name: kubeadm
     type: BootstrapProvider
-    url: file://$repo/bootstrap-kubeadm/$CAPI_VERSION/bootstrap-components.yaml
+    url: file://$final/bootstrap-kubeadm/$CAPI_VERSION/bootstrap-components.yaml
   - name: kubeadm
     type: ControlPlaneProvider
-    url: file://$repo/control-plane-kubeadm/$CAPI_VERSION/control-plane-components.yaml
+    url: file://$final/control-plane-kubeadm/$CAPI_VERSION/control-plane-components.yaml
   - name: vitistack
     type: IPAMProvider
-    url: file://$repo/ipam-vitistack/$version/ipam-components.yaml
+    url: file://$final/ipam-vitistack/$version/ipam-components.yaml
 cert-manager:
-  url: file://$repo/cert-manager/$CERT_MANAGER_VERSION/cert-manager.yaml
+  url: file://$final/cert-manager/$CERT_MANAGER_VERSION/cert-manager.yaml
   version: $CERT_MANAGER_VERSION
 EOF
-echo "clusterctl repository: $repo (clusterctl init --config $repo/clusterctl.yaml --ipam vitistack)"
+chmod 0755 "$repo"
+if ! diff -r -q "$repo" "$final" >/dev/null 2>&1; then
+	rm -rf "$final"
+	mv "$repo" "$final"
+fi
+echo "clusterctl repository: $final (clusterctl init --config $final/clusterctl.yaml --ipam vitistack)"

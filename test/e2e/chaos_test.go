@@ -169,7 +169,7 @@ func announcedAsRegistered(t *testing.T, ns string) {
 	}).WithTimeout(2 * timeout).Should(Succeed())
 	for _, s := range list.Items {
 		for _, in := range s.Status.LoadBalancer.Ingress {
-			g.Expect(activeHolders(t, in.IP)).To(ConsistOf(HaveField("ServiceName", s.Name)), "the holders of %s (Service %s)", in.IP, s.Name)
+			g.Expect(activeHolders(t, a, in.IP)).To(ConsistOf(HaveField("ServiceName", s.Name)), "the holders of %s (Service %s)", in.IP, s.Name)
 		}
 	}
 }
@@ -342,6 +342,7 @@ func scanCanaries(t *testing.T, row *chaos.Row, when string, managers []*localcl
 // Nothing leaks, nothing is bound twice, no finalizer is left behind, and no secret
 // value shows anywhere, while the objects exist or after.
 func TestChaosManagerKilled(t *testing.T) {
+	onA.enter(t)
 	n, services, kills := 60, 50, 2
 	if chaos.Full() {
 		n, kills = 1000, 5
@@ -359,7 +360,7 @@ func TestChaosManagerKilled(t *testing.T) {
 	startScenario(t, row, nsUIDs)
 	// The Service controller and its webhook, as on a management cluster that serves
 	// Services too.
-	webhook, err := a.InstallServiceWebhook(ctx, providerVars())
+	webhook, err := a.InstallServiceWebhook(ctx, providerVars(ipamAPI))
 	g.Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(func() { _ = a.RemoveServiceWebhook(ctx, webhook) })
 	// Slower answers, so that kills land with registrations in flight.
@@ -414,6 +415,7 @@ func TestChaosManagerKilled(t *testing.T) {
 // replica takes over once the API server is back, and every claim is bound once and
 // released once.
 func TestChaosControlPlaneRestarted(t *testing.T) {
+	onA.enter(t)
 	n, restarts, down := 40, 1, 5*time.Second
 	if chaos.Full() {
 		n, restarts, down = 500, 2, 20*time.Second
@@ -474,6 +476,7 @@ func TestChaosControlPlaneRestarted(t *testing.T) {
 // with 500 ms more latency. Every claim is bound once, every one released on deletion,
 // and the echoed value shows nowhere.
 func TestChaosIPAMAPIFaults(t *testing.T) {
+	onA.enter(t)
 	n, phase := 30, 3*time.Second
 	latency := 500 * time.Millisecond
 	if chaos.Full() {
@@ -576,6 +579,7 @@ func TestChaosIPAMAPIFaults(t *testing.T) {
 // their finalizers, the Secret and the namespace stay), and once it is back every
 // address is released and everything goes.
 func TestChaosIPAMAPIDownWhileDeleting(t *testing.T) {
+	onA.enter(t)
 	n, down := 20, 5*time.Second
 	if chaos.Full() {
 		n, down = 200, 60*time.Second

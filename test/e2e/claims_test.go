@@ -24,6 +24,7 @@ const global = "GlobalVitistackIPPool"
 // A claim that belongs to no Cluster gets an address of the pool's zone, registered
 // under the claim's identity; deleting it releases the address in the IPAM-API.
 func TestClaimWithoutCluster(t *testing.T) {
+	onA.enter(t)
 	g := newG(t)
 	ctx := context.Background()
 	ns := newNamespace(t, a, "plain")
@@ -44,7 +45,7 @@ func TestClaimWithoutCluster(t *testing.T) {
 	g.Expect(seen).To(BeEmpty(), "a first binding sent events")
 
 	// The IPAM-API holds it for this claim: service_name, namespace_id, cluster_id.
-	holders := activeHolders(t, addr.Spec.Address)
+	holders := activeHolders(t, a, addr.Spec.Address)
 	g.Expect(holders).To(HaveLen(1))
 	g.Expect(holders[0].ServiceRef).To(Equal(sim.ServiceRef{ServiceName: "web-0", NamespaceID: uidOf(t, a, ns), ClusterID: uidOf(t, a, "kube-system")}))
 
@@ -52,16 +53,17 @@ func TestClaimWithoutCluster(t *testing.T) {
 	secret := &corev1.Secret{}
 	g.Expect(a.Client.Get(ctx, client.ObjectKey{Namespace: manager.ProviderNamespace, Name: "default"}, secret)).To(Succeed())
 	g.Expect(secret.Finalizers).To(ContainElement(ipamv1alpha1.SecretInUseFinalizer))
-	reg, _ := registrationOf(t, addr.Spec.Address)
+	reg, _ := registrationOf(t, a, addr.Spec.Address)
 	g.Expect(reg.SecretFingerprint).To(Equal(sim.Fingerprint(string(secret.Data["secret"]))))
 
 	deleteAndWait(t, a, claim)
-	g.Expect(activeHolders(t, addr.Spec.Address)).To(BeEmpty(), "deleting the claim did not release %s", addr.Spec.Address)
+	g.Expect(activeHolders(t, a, addr.Spec.Address)).To(BeEmpty(), "deleting the claim did not release %s", addr.Spec.Address)
 }
 
 // Claims of a Cluster wait while it is paused or missing, and are released by the
 // garbage collector's deletion when the Cluster is deleted.
 func TestClaimsOfACluster(t *testing.T) {
+	onA.enter(t)
 	g := newG(t)
 	ctx := context.Background()
 	ns := newNamespace(t, a, "cluster")
@@ -111,13 +113,14 @@ func TestClaimsOfACluster(t *testing.T) {
 		}).WithTimeout(2*timeout).Should(BeTrue(), "claim %s was not garbage collected", c.Name)
 	}
 	for _, addr := range []*ipamv1.IPAddress{firstAddr, pausedAddr} {
-		g.Expect(activeHolders(t, addr.Spec.Address)).To(BeEmpty(), "%s is still held after its Cluster was deleted", addr.Spec.Address)
+		g.Expect(activeHolders(t, a, addr.Spec.Address)).To(BeEmpty(), "%s is still held after its Cluster was deleted", addr.Spec.Address)
 	}
 }
 
 // An exhausted zone shows on the claim (condition and event) and the claim is bound as
 // soon as the zone has room again.
 func TestExhaustedZone(t *testing.T) {
+	onA.enter(t)
 	g := newG(t)
 	ctx := context.Background()
 	ns := newNamespace(t, a, "exhausted")
@@ -133,13 +136,14 @@ func TestExhaustedZone(t *testing.T) {
 
 	g.Expect(ipamAPI.SetExhausted(ctx, "hnet-public", "ipv4", false)).To(Succeed())
 	addr := boundAddress(t, a, claim)
-	g.Expect(activeHolders(t, addr.Spec.Address)).To(HaveLen(1))
+	g.Expect(activeHolders(t, a, addr.Spec.Address)).To(HaveLen(1))
 }
 
 // The leading manager is killed in the middle of a burst of claims and a second
 // replica takes over when its Lease expires: every claim ends with its own address, and
 // the IPAM-API holds exactly those, nothing more.
 func TestLeaderKilledDuringBurst(t *testing.T) {
+	onA.enter(t)
 	g := newG(t)
 	ctx := context.Background()
 	const n = 60
@@ -207,7 +211,7 @@ func TestLeaderKilledDuringBurst(t *testing.T) {
 		return apierrors.IsNotFound(a.Client.Get(ctx, client.ObjectKey{Name: ns}, &corev1.Namespace{}))
 	}).WithTimeout(3*timeout).Should(BeTrue(), "namespace %s is not gone", ns)
 	for addr := range seen {
-		g.Expect(activeHolders(t, addr)).To(BeEmpty(), "%s is still held after its namespace was deleted", addr)
+		g.Expect(activeHolders(t, a, addr)).To(BeEmpty(), "%s is still held after its namespace was deleted", addr)
 	}
 }
 

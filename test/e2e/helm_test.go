@@ -51,14 +51,15 @@ func helmRun(t *testing.T, w *localcluster.ControlPlane, args ...string) string 
 // nothing of the release is left but what it keeps on purpose (the CRDs, the default
 // secret's namespace) and what the user owns.
 func TestHelmChartInstallUpgradeRollbackUninstall(t *testing.T) {
+	onOwn.enter(t)
 	g := newG(t)
 	ctx := context.Background()
-	w := newControlPlane(t, "helm")
+	w := newControlPlane(t, "helm", nil)
 	installCertManagerCRDs(t, w)
 	chart := filepath.Join("..", "..", "charts", "cluster-api-ipam-provider-vitistack")
 	const ns = manager.ProviderNamespace
 	helmRun(t, w, "install", "ipam", chart, "--namespace", ns, "--create-namespace",
-		"--set", "ipamAPI.url="+ipamAPI.URL, "--set", "logLevel=2")
+		"--set", "ipamAPI.url="+simOf(w).URL, "--set", "logLevel=2")
 
 	deploymentArgs := func() (int32, []string) {
 		d := &appsv1.Deployment{}
@@ -67,7 +68,7 @@ func TestHelmChartInstallUpgradeRollbackUninstall(t *testing.T) {
 	}
 	replicas, args := deploymentArgs()
 	g.Expect(replicas).To(BeEquivalentTo(1))
-	g.Expect(args).To(ContainElements("--ipam-api-url="+ipamAPI.URL, "--v=2", "--enable-service-controller"))
+	g.Expect(args).To(ContainElements("--ipam-api-url="+simOf(w).URL, "--v=2", "--enable-service-controller"))
 	mgr, err := w.StartManager(ctx, nil)
 	g.Expect(err).NotTo(HaveOccurred())
 	stopped := false
@@ -102,7 +103,7 @@ func TestHelmChartInstallUpgradeRollbackUninstall(t *testing.T) {
 	claim := newClaim(t, w, apps, "vip", ipamv1alpha1.GlobalVitistackIPPoolKind, "hnet-private-ipv4", nil)
 	claimAddress := boundAddress(t, w, claim).Spec.Address
 	for _, a := range []string{svcAddress, claimAddress} {
-		g.Expect(activeHolders(t, a)).To(HaveLen(1), "%s is registered", a)
+		g.Expect(activeHolders(t, w, a)).To(HaveLen(1), "%s is registered", a)
 	}
 
 	// Upgraded with other values; then rolled back.
@@ -139,7 +140,7 @@ func TestHelmChartInstallUpgradeRollbackUninstall(t *testing.T) {
 	g.Expect(metricSum(t, mgr, "vitistack_ipam_api_requests_total", map[string]string{"operation": "register"})).To(Equal(1.0),
 		"registrations sent again after the upgrade or the rollback")
 	for _, a := range []string{svcAddress, claimAddress} {
-		g.Expect(activeHolders(t, a)).To(HaveLen(1), "%s is still registered, once", a)
+		g.Expect(activeHolders(t, w, a)).To(HaveLen(1), "%s is still registered, once", a)
 	}
 	got := &corev1.Service{}
 	g.Expect(w.Client.Get(ctx, client.ObjectKeyFromObject(svc), got)).To(Succeed())
@@ -151,7 +152,7 @@ func TestHelmChartInstallUpgradeRollbackUninstall(t *testing.T) {
 	deleteAndWait(t, w, claim)
 	deleteAndWait(t, w, claim2)
 	for _, a := range released {
-		g.Expect(activeHolders(t, a)).To(BeEmpty(), "%s is released", a)
+		g.Expect(activeHolders(t, w, a)).To(BeEmpty(), "%s is released", a)
 	}
 	settledAccounts(t, w, map[string]bool{uidOf(t, w, apps): true})
 

@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -72,13 +74,50 @@ func newG(t *testing.T) *WithT {
 	return g
 }
 
-// newControlPlane starts a control plane of the test's own, stopped after it.
-func newControlPlane(t *testing.T, name string) *localcluster.ControlPlane {
+// newControlPlane starts a control plane of the test's own, stopped after it, whose
+// provider talks to api (nil: a stand-in of its own, stopped after the test too).
+func newControlPlane(t *testing.T, name string, api *localcluster.Sim) *localcluster.ControlPlane {
 	t.Helper()
+	g := newG(t)
+	if api == nil {
+		dir := filepath.Join(workDir, name+"-ipam-api")
+		g.Expect(os.MkdirAll(dir, 0o700)).To(Succeed())
+		var err error
+		api, err = localcluster.StartSim(dir, paths, nil)
+		g.Expect(err).NotTo(HaveOccurred())
+		t.Cleanup(api.Stop)
+	}
 	cp, err := localcluster.StartControlPlane(workDir, name, paths)
-	newG(t).Expect(err).NotTo(HaveOccurred())
+	g.Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(cp.Stop)
+	stands.Store(cp, api)
+	t.Cleanup(func() { stands.Delete(cp) })
 	return cp
+}
+
+// stands holds the IPAM-API stand-in of each control plane: ipamAPI for a.
+var stands sync.Map
+
+// simOf is the IPAM-API stand-in the provider on cp talks to.
+func simOf(cp *localcluster.ControlPlane) *localcluster.Sim {
+	api, _ := stands.Load(cp)
+	return api.(*localcluster.Sim)
+}
+
+// The suite's tests run in two lanes at once, one test at a time in each: the tests on
+// the suite's control plane a and its stand-in (onA), and those that start a control
+// plane and a stand-in of their own (onOwn). Each test enters its lane first. The tests
+// spend most of their time waiting for processes: one at a time, they kept the two
+// cores less than half busy.
+var onA, onOwn lane
+
+type lane struct{ mu sync.Mutex }
+
+// enter runs the rest of t in the lane, after the suite's tests that enter no lane.
+func (l *lane) enter(t *testing.T) {
+	t.Parallel()
+	l.mu.Lock()
+	t.Cleanup(l.mu.Unlock)
 }
 
 // newNamespace creates a namespace with a unique name on cp, deleted (with whatever
@@ -207,10 +246,10 @@ func eventsOf(t *testing.T, cp *localcluster.ControlPlane, obj client.Object) []
 	return list.Items
 }
 
-// registrationOf returns the stand-in's record of an address ("10.1.2.3" or a CIDR).
-func registrationOf(t *testing.T, address string) (sim.Registration, bool) {
+// registrationOf returns the record cp's stand-in keeps of an address ("10.1.2.3" or a CIDR).
+func registrationOf(t *testing.T, cp *localcluster.ControlPlane, address string) (sim.Registration, bool) {
 	t.Helper()
-	regs, err := ipamAPI.Registrations(context.Background())
+	regs, err := simOf(cp).Registrations(context.Background())
 	newG(t).Expect(err).NotTo(HaveOccurred())
 	for _, r := range regs {
 		if strings.SplitN(r.Address, "/", 2)[0] == strings.SplitN(address, "/", 2)[0] {
@@ -221,9 +260,9 @@ func registrationOf(t *testing.T, address string) (sim.Registration, bool) {
 }
 
 // activeHolders returns the holders of address that are not released (no expiry set).
-func activeHolders(t *testing.T, address string) []sim.Holder {
+func activeHolders(t *testing.T, cp *localcluster.ControlPlane, address string) []sim.Holder {
 	t.Helper()
-	reg, ok := registrationOf(t, address)
+	reg, ok := registrationOf(t, cp, address)
 	if !ok {
 		return nil
 	}

@@ -25,6 +25,7 @@ import (
 // the namespace, the CRDs (move-hierarchy), labelled components, and a Deployment whose
 // arguments carry the variables it was given.
 func TestInit(t *testing.T) {
+	onA.enter(t)
 	g := newG(t)
 	ctx := context.Background()
 	c := a.Client

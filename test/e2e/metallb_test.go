@@ -29,9 +29,10 @@ import (
 // with autoAssign on is named in a warning on the Service MetalLB gave an address of
 // its own. The accounting oracle finds nothing wrong.
 func TestMetalLBAnnouncesWhatTheIPAMAPIRegistered(t *testing.T) {
+	onOwn.enter(t)
 	g := newG(t)
 	ctx := context.Background()
-	w := newControlPlane(t, "metallb")
+	w := newControlPlane(t, "metallb", nil)
 	installWorkloadFlavour(t, w)
 	mgr, err := w.StartManager(ctx, nil)
 	g.Expect(err).NotTo(HaveOccurred())
@@ -71,7 +72,7 @@ func TestMetalLBAnnouncesWhatTheIPAMAPIRegistered(t *testing.T) {
 		t.Helper()
 		for _, ip := range ips {
 			var holders []string
-			for _, h := range activeHolders(t, ip) {
+			for _, h := range activeHolders(t, w, ip) {
 				g.Expect(h.NamespaceID).To(Equal(nsUID))
 				holders = append(holders, h.ServiceName)
 			}
@@ -126,7 +127,7 @@ func TestMetalLBAnnouncesWhatTheIPAMAPIRegistered(t *testing.T) {
 	update(t, w, v4, func(s *corev1.Service) { s.Annotations[ipamv1alpha1.AddressesAnnotation] = "10.99.0.7" })
 	g.Eventually(func() []string { return announcedNow(t, w, v4) }).Should(Equal([]string{"10.99.0.7"}))
 	registeredFor([]string{"10.99.0.7"}, "v4")
-	g.Eventually(func() int { return len(activeHolders(t, old)) }).Should(BeZero(), "the old address %s is released", old)
+	g.Eventually(func() int { return len(activeHolders(t, w, old)) }).Should(BeZero(), "the old address %s is released", old)
 
 	// A family dropped (as the README says: the ip-family annotation, and the Service's
 	// policy single stack), then asked for again: MetalLB announces the IPv4 address
@@ -138,7 +139,7 @@ func TestMetalLBAnnouncesWhatTheIPAMAPIRegistered(t *testing.T) {
 		s.Spec.IPFamilyPolicy = ptr.To(corev1.IPFamilyPolicySingleStack)
 	})
 	g.Eventually(func() []string { return announcedNow(t, w, dual) }).Should(Equal(dualIPs[:1]))
-	g.Eventually(func() int { return len(activeHolders(t, dualIPs[1])) }).Should(BeZero(), "the dropped %s is released", dualIPs[1])
+	g.Eventually(func() int { return len(activeHolders(t, w, dualIPs[1])) }).Should(BeZero(), "the dropped %s is released", dualIPs[1])
 	registeredFor(dualIPs[:1], "dual")
 	update(t, w, dual, func(s *corev1.Service) {
 		s.Annotations[ipamv1alpha1.IPFamilyAnnotation] = "dual"
@@ -188,7 +189,7 @@ func TestMetalLBAnnouncesWhatTheIPAMAPIRegistered(t *testing.T) {
 		deleteAndWait(t, w, s)
 	}
 	for _, ip := range addresses {
-		g.Expect(activeHolders(t, ip)).To(BeEmpty(), "%s is released", ip)
+		g.Expect(activeHolders(t, w, ip)).To(BeEmpty(), "%s is released", ip)
 	}
 
 	// A MetalLB pool with autoAssign on, by mistake, and a new Service whose claim
@@ -201,9 +202,9 @@ func TestMetalLBAnnouncesWhatTheIPAMAPIRegistered(t *testing.T) {
 		pools[i].AutoAssign = pools[i].Name == "hnet-private"
 	}
 	g.Expect(w.SetMetalLBPools(ctx, pools)).To(Succeed())
-	g.Expect(ipamAPI.SetFaults(ctx, sim.Faults{ErrorRate: 1, ErrorStatus: 503, ErrorBody: `{"message":"service unavailable"}`,
+	g.Expect(simOf(w).SetFaults(ctx, sim.Faults{ErrorRate: 1, ErrorStatus: 503, ErrorBody: `{"message":"service unavailable"}`,
 		Routes: []sim.Route{sim.RouteRegister}})).To(Succeed())
-	t.Cleanup(func() { _ = ipamAPI.SetFaults(context.Background(), sim.Faults{}) })
+	t.Cleanup(func() { _ = simOf(w).SetFaults(context.Background(), sim.Faults{}) })
 	eager := service("eager", 443, map[string]string{ipamv1alpha1.ZoneAnnotation: "hnet-private"})
 	own := announced(eager, 1)[0]
 	g.Eventually(func() []string {
@@ -215,7 +216,7 @@ func TestMetalLBAnnouncesWhatTheIPAMAPIRegistered(t *testing.T) {
 		}
 		return notes
 	}).Should(ContainElement(And(ContainSubstring(own), ContainSubstring(`IPAddressPool "hnet-private"`), ContainSubstring("autoAssign: false"))))
-	g.Expect(ipamAPI.SetFaults(ctx, sim.Faults{})).To(Succeed())
+	g.Expect(simOf(w).SetFaults(ctx, sim.Faults{})).To(Succeed())
 	var handed string
 	g.Eventually(func(g Gomega) {
 		got := &corev1.Service{}
@@ -226,7 +227,7 @@ func TestMetalLBAnnouncesWhatTheIPAMAPIRegistered(t *testing.T) {
 	}).WithTimeout(2 * timeout).Should(Succeed())
 	registeredFor([]string{handed}, "eager")
 	deleteAndWait(t, w, eager)
-	g.Expect(activeHolders(t, handed)).To(BeEmpty(), "%s is released", handed)
+	g.Expect(activeHolders(t, w, handed)).To(BeEmpty(), "%s is released", handed)
 	settledAccounts(t, w, map[string]bool{nsUID: true})
 }
 

@@ -30,17 +30,18 @@ import (
 // them when the Cluster is deleted there. Then `clusterctl delete --ipam vitistack`
 // removes the provider but keeps the CRDs and the user's objects.
 func TestClusterctlMove(t *testing.T) {
+	onA.enter(t)
 	g := newG(t)
 	ctx := context.Background()
 
 	// The second management cluster, with an image override in its clusterctl.yaml.
-	b := newControlPlane(t, "b")
+	b := newControlPlane(t, "b", ipamAPI)
 	repoConfig, err := os.ReadFile(paths.ClusterctlConfig())
 	g.Expect(err).NotTo(HaveOccurred())
 	b.ClusterctlConfig = filepath.Join(b.Dir, "clusterctl.yaml")
 	g.Expect(os.WriteFile(b.ClusterctlConfig, append(repoConfig,
 		"images:\n  ipam-vitistack:\n    repository: registry.example.org/mirror\n"...), 0o600)).To(Succeed())
-	_, err = b.Init(ctx, providerVars())
+	_, err = b.Init(ctx, providerVars(simOf(b)))
 	g.Expect(err).NotTo(HaveOccurred())
 	dep := &appsv1.Deployment{}
 	g.Expect(b.Client.Get(ctx, client.ObjectKey{Namespace: manager.ProviderNamespace, Name: localcluster.DeploymentName}, dep)).To(Succeed())
@@ -64,7 +65,7 @@ func TestClusterctlMove(t *testing.T) {
 	for _, name := range []string{"moved-cp-0", "moved-cp-1", "moved-md-0"} {
 		addr := boundAddress(t, a, newClaim(t, a, ns, name, "VitistackIPPool", "nodes", cluster))
 		before[name] = addr.Spec.Address
-		reg, ok := registrationOf(t, addr.Spec.Address)
+		reg, ok := registrationOf(t, a, addr.Spec.Address)
 		g.Expect(ok).To(BeTrue())
 		held[addr.Spec.Address] = reg
 	}
@@ -102,7 +103,7 @@ func TestClusterctlMove(t *testing.T) {
 		}
 	}
 	for address, reg := range held {
-		now, ok := registrationOf(t, address)
+		now, ok := registrationOf(t, a, address)
 		g.Expect(ok).To(BeTrue())
 		g.Expect(now).To(Equal(reg), "%s changed in the IPAM-API", address)
 	}
@@ -110,7 +111,7 @@ func TestClusterctlMove(t *testing.T) {
 	// b releases them when the Cluster is deleted there (garbage collector).
 	deleteAndWait(t, b, movedCluster)
 	for address := range held {
-		g.Eventually(func() []sim.Holder { return activeHolders(t, address) }).Should(BeEmpty(), "%s is still held", address)
+		g.Eventually(func() []sim.Holder { return activeHolders(t, a, address) }).Should(BeEmpty(), "%s is still held", address)
 	}
 
 	// b's manager ran as its ServiceAccount too. It stops before clusterctl delete takes

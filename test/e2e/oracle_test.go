@@ -31,7 +31,7 @@ import (
 // account is the accounting oracle (chaos.Account) on cp and the stand-in, for the
 // identities and objects of the namespaces whose UIDs are in nsUIDs.
 func account(ctx context.Context, cp *localcluster.ControlPlane, nsUIDs map[string]bool) (chaos.Accounts, error) {
-	regs, err := ipamAPI.Registrations(ctx)
+	regs, err := simOf(cp).Registrations(ctx)
 	if err != nil {
 		return chaos.Accounts{}, err
 	}
@@ -110,7 +110,7 @@ func canariesFound(t *testing.T, cp *localcluster.ControlPlane, managers []*loca
 			}
 		}
 	}
-	haystacks["ipam-api-sim log"] = ipamAPI.Logs()
+	haystacks["ipam-api-sim log"] = simOf(cp).Logs()
 	return chaos.Find(haystacks, values...)
 }
 
@@ -142,6 +142,7 @@ func writeChaosSummary() {
 // into an object. Once the plants are gone, both find nothing. (test/chaos plants every
 // class of the oracle in a fake cluster.)
 func TestOracleAndCanaryScanSeePlantedDefects(t *testing.T) {
+	onA.enter(t)
 	g := newG(t)
 	ctx := context.Background()
 	ns := newNamespace(t, a, "planted")

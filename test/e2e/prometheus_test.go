@@ -25,6 +25,7 @@ import (
 // that bound them; when the IPAM-API fails every registration, the error alert fires
 // for its host; when it recovers, the claims bind and the alert resolves.
 func TestPrometheusSeesAllocationAndTheErrorAlert(t *testing.T) {
+	onA.enter(t)
 	g := newG(t)
 	ctx := context.Background()
 	metricsURL, err := url.Parse(aMgr.MetricsURL)

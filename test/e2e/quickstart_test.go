@@ -34,6 +34,7 @@ import (
 // kill -9, saying so, and the new one binds a new claim; stopped as a script stops it
 // (SIGTERM to make, which passes it on) it stops every process it started.
 func TestQuickstart(t *testing.T) {
+	onOwn.enter(t)
 	g := newG(t)
 	ctx := context.Background()
 	dir := filepath.Join(workDir, "quickstart")

@@ -18,6 +18,7 @@ import (
 // or metrics, nor in the stand-in's log, through allocation, a refused address (wrong
 // secret), a rotation and the release.
 func TestSecretValuesNeverLeak(t *testing.T) {
+	onA.enter(t)
 	g := newG(t)
 	ctx := context.Background()
 	ns := newNamespace(t, a, "secrets")
@@ -69,7 +70,7 @@ func TestSecretValuesNeverLeak(t *testing.T) {
 	g.Expect(canariesFound(t, a, []*localcluster.Manager{aMgr}, all)).To(BeEmpty(), "a secret value shows while the claims exist")
 	deleteAndWait(t, a, intruder)
 	deleteAndWait(t, a, owner)
-	g.Expect(activeHolders(t, addr.Spec.Address)).To(BeEmpty())
+	g.Expect(activeHolders(t, a, addr.Spec.Address)).To(BeEmpty())
 
 	metrics, err := localcluster.Get(ctx, aMgr.MetricsURL)
 	g.Expect(err).NotTo(HaveOccurred())

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	. "github.com/onsi/gomega"
 	"os"
@@ -36,6 +37,14 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	ctrl.SetLogger(logr.Discard()) // envtest's own chatter; the processes log to files
+	// The lanes (onA, onOwn), not -parallel, keep the tests apart: a test waiting for its
+	// lane must not hold one of GOMAXPROCS's slots from the other lane.
+	flag.Parse()
+	parallelSet := false
+	flag.Visit(func(f *flag.Flag) { parallelSet = parallelSet || f.Name == "test.parallel" })
+	if !parallelSet {
+		_ = flag.Set("test.parallel", "64")
+	}
 	os.Exit(run(m))
 }
 
@@ -179,17 +188,18 @@ func setup(ctx context.Context) error {
 	if a, err = localcluster.StartControlPlane(workDir, "a", paths); err != nil {
 		return err
 	}
-	if initOut, err = a.Init(ctx, providerVars()); err != nil {
+	stands.Store(a, ipamAPI)
+	if initOut, err = a.Init(ctx, providerVars(ipamAPI)); err != nil {
 		return err
 	}
 	aMgr, err = a.StartManager(ctx, nil)
 	return err
 }
 
-// providerVars are the clusterctl variables the suite installs the provider with.
-func providerVars() map[string]string {
+// providerVars are the clusterctl variables the suite installs the provider with, talking to api.
+func providerVars(api *localcluster.Sim) map[string]string {
 	return map[string]string{
-		"VITISTACK_IPAM_API_URL":              ipamAPI.URL,
+		"VITISTACK_IPAM_API_URL":              api.URL,
 		"VITISTACK_LOG_LEVEL":                 "2",
 		"VITISTACK_MAX_CONCURRENT_RECONCILES": "5",
 	}

@@ -86,12 +86,13 @@ type upgradeClaim struct {
 // finalizer; claims deleted afterwards release their addresses, and the accounting
 // oracle finds nothing leaked or held twice.
 func TestClusterctlUpgradeFromThePreviousRelease(t *testing.T) {
+	onOwn.enter(t)
 	g := newG(t)
 	ctx := context.Background()
 	previous, previousDir := previousRelease(t)
-	w := newControlPlane(t, "upgrade")
+	w := newControlPlane(t, "upgrade", nil)
 	upgradeRepository(t, w)
-	_, err := w.InitVersion(ctx, providerVars(), previous)
+	_, err := w.InitVersion(ctx, providerVars(simOf(w)), previous)
 	g.Expect(err).NotTo(HaveOccurred())
 	old := startManagerOf(t, w, filepath.Join(previousDir, "manager"))
 
@@ -135,9 +136,9 @@ func TestClusterctlUpgradeFromThePreviousRelease(t *testing.T) {
 		g.Expect(meta.IsStatusConditionTrue(c.Status.Conditions, ipamv1alpha1.ClaimSecretRotatedCondition)).To(BeTrue(), "conditions: %v", c.Status.Conditions)
 	}).Should(Succeed())
 	for name, c := range claims {
-		reg, ok := registrationOf(t, c.address.Spec.Address)
+		reg, ok := registrationOf(t, w, c.address.Spec.Address)
 		g.Expect(ok).To(BeTrue(), "%s's address %s is registered", name, c.address.Spec.Address)
-		g.Expect(activeHolders(t, c.address.Spec.Address)).To(HaveLen(1))
+		g.Expect(activeHolders(t, w, c.address.Spec.Address)).To(HaveLen(1))
 		c.register = reg
 	}
 	g.Expect(claims["rotated"].register.SecretFingerprint).NotTo(Equal(claims["routed-0"].register.SecretFingerprint),
@@ -172,7 +173,7 @@ func TestClusterctlUpgradeFromThePreviousRelease(t *testing.T) {
 	}).Should(Succeed(), "owner-2, whose last claim is gone, is let go")
 	made := newClaim(t, w, ns, "made-by-new", ipamv1alpha1.VitistackIPPoolKind, "subnet", nil)
 	claims["made-by-new"] = &upgradeClaim{claim: made, address: boundAddress(t, w, made)}
-	claims["made-by-new"].register, _ = registrationOf(t, claims["made-by-new"].address.Spec.Address)
+	claims["made-by-new"].register, _ = registrationOf(t, w, claims["made-by-new"].address.Spec.Address)
 	g.Expect(rbacRefusal.FindString(mgr.Logs())).To(BeEmpty(), "the upgraded manager was refused a request by RBAC; see %s", mgr.LogFile)
 
 	// The downgrade back to the previous release works the same way: its manager takes
@@ -214,9 +215,9 @@ func switchRelease(t *testing.T, w *localcluster.ControlPlane, version, binary s
 	t.Helper()
 	g := newG(t)
 	ctx := context.Background()
-	before, err := ipamAPI.Stats(ctx)
+	before, err := simOf(w).Stats(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
-	out, err := w.Clusterctl(ctx, providerVars(), "upgrade", "apply", "--ipam", manager.ProviderNamespace+"/vitistack:"+version, "--kubeconfig", w.Kubeconfig)
+	out, err := w.Clusterctl(ctx, providerVars(simOf(w)), "upgrade", "apply", "--ipam", manager.ProviderNamespace+"/vitistack:"+version, "--kubeconfig", w.Kubeconfig)
 	g.Expect(err).NotTo(HaveOccurred())
 	t.Logf("clusterctl upgrade apply to %s:\n%s", version, out)
 	dep := &appsv1.Deployment{}
@@ -253,12 +254,12 @@ func keptAsTheyWere(t *testing.T, w *localcluster.ControlPlane, mgr *localcluste
 		g.Expect(addr.UID).To(Equal(c.address.UID), "%s's IPAddress was not made again", name)
 		g.Expect(addr.Spec.Address).To(Equal(c.address.Spec.Address), "%s keeps its address", name)
 		readyReason(t, w, c.claim, metav1.ConditionTrue, ipamv1alpha1.ClaimReadyAllocatedReason)
-		reg, ok := registrationOf(t, c.address.Spec.Address)
+		reg, ok := registrationOf(t, w, c.address.Spec.Address)
 		g.Expect(ok).To(BeTrue())
 		g.Expect(reg).To(Equal(c.register), "%s's registration is as it was", name)
 	}
 	// (The pools' readiness probes, DELETEs of an identity that holds nothing, go on.)
-	after, err := ipamAPI.Stats(ctx)
+	after, err := simOf(w).Stats(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
 	for _, route := range []sim.Route{sim.RouteRegister, sim.RouteLegacyRegister} {
 		g.Expect(after.Total(route)).To(Equal(before.Total(route)), "%s sent for claims that were bound", route)
@@ -280,7 +281,7 @@ func deleteReleased(t *testing.T, w *localcluster.ControlPlane, claims map[strin
 			}
 			return append([]string{"still there"}, addr.Finalizers...)
 		}).Should(BeNil(), "%s's IPAddress is gone", name)
-		g.Expect(activeHolders(t, c.address.Spec.Address)).To(BeEmpty(), "deleting %s released %s", name, c.address.Spec.Address)
+		g.Expect(activeHolders(t, w, c.address.Spec.Address)).To(BeEmpty(), "deleting %s released %s", name, c.address.Spec.Address)
 		delete(claims, name)
 	}
 }
@@ -294,12 +295,13 @@ func deleteReleased(t *testing.T, w *localcluster.ControlPlane, claims map[strin
 // ingress), nothing is sent to the IPAM-API for them, the new manager runs with the
 // chart's RBAC without a refusal, and what is deleted afterwards is released.
 func TestChartUpgradesThePreviousReleasesServicesFlavour(t *testing.T) {
+	onOwn.enter(t)
 	g := newG(t)
 	ctx := context.Background()
 	_, previousDir := previousRelease(t)
-	w := newControlPlane(t, "upgrade-chart")
+	w := newControlPlane(t, "upgrade-chart", nil)
 	installCertManagerCRDs(t, w)
-	flavour, err := w.GenerateYAML(ctx, providerVars(), filepath.Join(previousDir, "ipam-components-workload.yaml"))
+	flavour, err := w.GenerateYAML(ctx, providerVars(simOf(w)), filepath.Join(previousDir, "ipam-components-workload.yaml"))
 	g.Expect(err).NotTo(HaveOccurred())
 	// As its README said: `clusterctl generate yaml ... | kubectl apply -f -`.
 	kubectl, err := exec.LookPath("kubectl")
@@ -365,7 +367,7 @@ func TestChartUpgradesThePreviousReleasesServicesFlavour(t *testing.T) {
 	for i := range list.Items {
 		c := &list.Items[i]
 		addr := boundAddress(t, w, c)
-		reg, ok := registrationOf(t, addr.Spec.Address)
+		reg, ok := registrationOf(t, w, addr.Spec.Address)
 		g.Expect(ok).To(BeTrue())
 		claims[c.Name] = &upgradeClaim{claim: c, address: addr, register: reg}
 	}
@@ -380,12 +382,12 @@ func TestChartUpgradesThePreviousReleasesServicesFlavour(t *testing.T) {
 	// The chart takes the release over. (The local rig routes the webhooks to the
 	// manager process; Helm writes them as the chart has them.)
 	old.Stop()
-	before, err := ipamAPI.Stats(ctx)
+	before, err := simOf(w).Stats(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(w.UnrouteWebhooks(ctx)).To(Succeed())
 	chart := filepath.Join("..", "..", "charts", "cluster-api-ipam-provider-vitistack")
 	helmRun(t, w, "upgrade", "ipam", chart, "--install", "--take-ownership", "--force-conflicts", "--namespace", manager.ProviderNamespace,
-		"--set", "ipamAPI.url="+ipamAPI.URL, "--set", "logLevel=2")
+		"--set", "ipamAPI.url="+simOf(w).URL, "--set", "logLevel=2")
 	mgr := startManagerOf(t, w, paths.Manager)
 	keptAsTheyWere(t, w, mgr, before, claims)
 	g.Eventually(func() float64 {
@@ -410,7 +412,7 @@ func TestChartUpgradesThePreviousReleasesServicesFlavour(t *testing.T) {
 	deleteAndWait(t, w, api)
 	deleteAndWait(t, w, vip)
 	for name, c := range claims {
-		g.Expect(activeHolders(t, c.address.Spec.Address)).To(BeEmpty(), "%s's address %s is released", name, c.address.Spec.Address)
+		g.Expect(activeHolders(t, w, c.address.Spec.Address)).To(BeEmpty(), "%s's address %s is released", name, c.address.Spec.Address)
 	}
 	settledAccounts(t, w, map[string]bool{uidOf(t, w, ns): true})
 	g.Expect(canariesFound(t, w, []*localcluster.Manager{mgr}, []string{owner, rotatedTo})).To(BeEmpty(),

@@ -28,9 +28,10 @@ import (
 // registered under the IPAM-operator's identity (the Service's name); the Service webhook
 // refuses a bad annotation; deleting the Services releases their addresses.
 func TestWorkloadFlavourTakesOverFromTheIPAMOperator(t *testing.T) {
+	onOwn.enter(t)
 	g := newG(t)
 	ctx := context.Background()
-	w := newControlPlane(t, "workload")
+	w := newControlPlane(t, "workload", nil)
 
 	// What the IPAM-operator leaves behind: its default secret in ipam-system, and a
 	// Service with the annotations it filled in, its address registered under the
@@ -40,7 +41,7 @@ func TestWorkloadFlavourTakesOverFromTheIPAMOperator(t *testing.T) {
 	g.Expect(w.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ipam-system", Name: "default"},
 		StringData: map[string]string{"secret": operatorSecret}})).To(Succeed())
 	ns := newNamespace(t, w, "apps")
-	api, err := ipamapi.NewClient(ipamAPI.URL, ipamapi.Options{})
+	api, err := ipamapi.NewClient(simOf(w).URL, ipamapi.Options{})
 	g.Expect(err).NotTo(HaveOccurred())
 	operatorIdentity := ipamapi.Identity{ServiceName: "legacy", NamespaceID: uidOf(t, w, ns), ClusterID: uidOf(t, w, "kube-system")}
 	res, err := api.Register(ctx, ipamapi.Request{Secret: operatorSecret, Zone: "hnet-private", Family: ipamapi.FamilyIPv4, Identity: operatorIdentity})
@@ -118,7 +119,7 @@ func TestWorkloadFlavourTakesOverFromTheIPAMOperator(t *testing.T) {
 		g.Expect(v.Status.LoadBalancer.Ingress).To(ConsistOf(HaveField("IP", kept)),
 			"version %s of the Service: MetalLB announced another address, or none", v.ResourceVersion)
 	}
-	holders := activeHolders(t, kept)
+	holders := activeHolders(t, w, kept)
 	g.Expect(holders).To(HaveLen(1), "the operator's registration, not a second one")
 	g.Expect(holders[0].ServiceName).To(Equal("legacy"))
 	g.Expect(holders[0].NamespaceID).To(Equal(operatorIdentity.NamespaceID))
@@ -139,16 +140,16 @@ func TestWorkloadFlavourTakesOverFromTheIPAMOperator(t *testing.T) {
 		g.Expect(address).To(HavePrefix("10."))
 		g.Expect(got.Status.LoadBalancer.Ingress).To(ConsistOf(HaveField("IP", address)), "MetalLB announces the address handed to it")
 	}).Should(Succeed())
-	holders = activeHolders(t, address)
+	holders = activeHolders(t, w, address)
 	g.Expect(holders).To(HaveLen(1))
 	g.Expect(holders[0].ServiceName).To(Equal("web"))
 	g.Expect(holders[0].NamespaceID).To(Equal(uidOf(t, w, ns)))
 	g.Expect(holders[0].ClusterID).To(Equal(uidOf(t, w, "kube-system")))
 
 	deleteAndWait(t, w, web)
-	g.Expect(activeHolders(t, address)).To(BeEmpty(), "deleting the Service did not release %s", address)
+	g.Expect(activeHolders(t, w, address)).To(BeEmpty(), "deleting the Service did not release %s", address)
 	deleteAndWait(t, w, legacy)
-	g.Expect(activeHolders(t, kept)).To(BeEmpty(), "deleting the operator's Service did not release %s", kept)
+	g.Expect(activeHolders(t, w, kept)).To(BeEmpty(), "deleting the operator's Service did not release %s", kept)
 	g.Expect(rbacRefusal.FindString(mgr.Logs())).To(BeEmpty(), "the manager was refused a request by RBAC; see %s", mgr.LogFile)
 }
 
@@ -177,7 +178,7 @@ func installWorkloadFlavour(t *testing.T, w *localcluster.ControlPlane) {
 	g := newG(t)
 	ctx := context.Background()
 	installCertManagerCRDs(t, w)
-	flavour, err := w.GenerateYAML(ctx, map[string]string{"VITISTACK_IPAM_API_URL": ipamAPI.URL, "VITISTACK_LOG_LEVEL": "2"},
+	flavour, err := w.GenerateYAML(ctx, map[string]string{"VITISTACK_IPAM_API_URL": simOf(w).URL, "VITISTACK_LOG_LEVEL": "2"},
 		filepath.Join(paths.Repository, "ipam-vitistack", paths.Version, "ipam-components-workload.yaml"))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Eventually(func() error { // until the CRDs just created are served
