@@ -314,7 +314,10 @@ $(PROMETHEUS): hack/tools/prometheus/go.mod $(PROMTOOL)
 .PHONY: promtool
 promtool: $(PROMTOOL) ## Build promtool into bin/ (cached): it unit-tests the alert rules.
 
-# Helm, for the chart: lint and render in make test, package in make helm-package.
+# Helm, for the chart: lint and render in make test, package in make helm-package. Its tool
+# module requires the versions hack/tools/prometheus has of the modules both build from
+# (the higher of the two, in either go.mod): from cold, their 424 shared packages compile
+# once. Keep them equal when either is raised.
 HELM_VERSION = $(shell awk '$$1 == "require" && $$2 == "helm.sh/helm/v4" {print $$3}' hack/tools/helm/go.mod)
 $(HELM): hack/tools/helm/go.mod
 	@cd hack/tools/helm && $(PROGRESS) "Building Helm $(HELM_VERSION) from source into bin/ (first run only, ~2 min)" -- \
