@@ -101,8 +101,8 @@ GO_BUILD := env $(GO_BUILD_GC) $(GO_STATIC)
 # not the tests, and their cache keys stay the same.
 GO_TEST := go test -toolexec "env $(GO_BUILD_GC)"
 # The tools are linked without their symbol table and DWARF: a third faster (Helm: 8.3 s
-# -> 5.4 s), and nothing debugs them. Go builds read only the last -ldflags: each tool
-# that sets version variables adds them here.
+# -> 5.4 s), and nothing debugs them. go build reads only the last -ldflags, so a tool
+# that sets version variables puts its -X flags after these in the same -ldflags.
 TOOL_LDFLAGS := -s -w
 
 GO_TEST_FLAGS ?= -race -count=1
@@ -175,6 +175,11 @@ docker-build: ## Build the image IMG (default ghcr.io/vitistack/cluster-api-ipam
 
 # The image is fixed, as in every Cluster API provider: users change it with clusterctl's
 # `images:` setting. A ${VARIABLE} image breaks `clusterctl generate provider --describe`.
+# WRITE_IF_CHANGED FILE writes its input to FILE only if that changes it, by a rename: a
+# clusterctl or a test reading the release while `make quickstart` runs never sees a file
+# half written.
+WRITE_IF_CHANGED = hack/write-if-changed.sh
+
 .PHONY: release-manifests
 release-manifests: $(KUSTOMIZE) ## Write out/ipam-vitistack/VERSION/: ipam-components.yaml (clusterctl), ipam-components-workload.yaml (Services) and metadata.yaml.
 	mkdir -p $(RELEASE_DIR)
@@ -182,11 +187,6 @@ release-manifests: $(KUSTOMIZE) ## Write out/ipam-vitistack/VERSION/: ipam-compo
 	{ $(KUSTOMIZE) build config/workload; echo ---; $(KUSTOMIZE) build config/services/default-secret; } | sed 's|image: controller:latest|image: $(IMG)|' | \
 		$(WRITE_IF_CHANGED) $(RELEASE_DIR)/ipam-components-workload.yaml
 	$(WRITE_IF_CHANGED) $(RELEASE_DIR)/metadata.yaml <metadata.yaml
-
-# WRITE_IF_CHANGED FILE writes its input to FILE only if that changes it, by a rename: a
-# clusterctl or a test reading the release while `make quickstart` runs never sees a file
-# half written.
-WRITE_IF_CHANGED = hack/write-if-changed.sh
 
 .PHONY: local-repository
 local-repository: release-manifests $(KUSTOMIZE) ## Write out/repository/: an offline clusterctl repository (this release, CAPI core and kubeadm, cert-manager CRDs).
@@ -259,14 +259,14 @@ test-chaos: test-assets e2e-assets $(PROMETHEUS) $(HELM) $(PREVIOUS_MANAGER) ## 
 	@rm -f $(ROOT)/out/chaos/rows.jsonl
 	@export E2E_CHAOS=full CHAOS_ROWS=$(ROOT)/out/chaos/rows.jsonl CHAOS_COMMIT=$(CHAOS_COMMIT); status=0; \
 	$(PROGRESS) "Running the clock-jump scenarios at full size (envtest, injected clock)" -- \
-		go test -count=1 -timeout 20m -v -run '^TestClock' ./internal/controllers/ || status=1; \
+		$(GO_TEST) -count=1 -timeout 20m -v -run '^TestClock' ./internal/controllers/ || status=1; \
 	$(PROGRESS) "Running the chaos scenarios at full size (processes: control plane, manager replicas, stand-in)" -- \
-		env E2E_CHAOS_SUMMARY=$(ROOT)/out/chaos/summary.md go test -count=1 -timeout 60m -v -run '^TestChaos' ./test/e2e/ || status=1; \
+		env E2E_CHAOS_SUMMARY=$(ROOT)/out/chaos/summary.md $(GO_TEST) -count=1 -timeout 60m -v -run '^TestChaos' ./test/e2e/ || status=1; \
 	exit $$status
 
 .PHONY: test-e2e
 test-e2e: test-assets e2e-assets $(PROMETHEUS) $(HELM) $(PREVIOUS_MANAGER) ## Only the end-to-end tests (clusterctl, manager process, control planes); RUN=regexp picks some.
-	go test -count=1 -timeout $(TEST_TIMEOUT) -v $(if $(RUN),-run '$(RUN)') ./test/e2e/
+	$(GO_TEST) -count=1 -timeout $(TEST_TIMEOUT) -v $(if $(RUN),-run '$(RUN)') ./test/e2e/
 
 .PHONY: test-assets
 test-assets: $(TEST_ASSETS) ## Build kube-apiserver, kube-controller-manager and etcd into bin/ (cached).
@@ -416,7 +416,7 @@ run: ## Run the manager against the current KUBECONFIG and the stand-in, without
 
 .PHONY: bench
 bench: test-assets ## Benchmarks on a real control plane with the stand-in (not part of make test).
-	go test ./test/bench/ -run '^$$' -bench . -benchtime 20x -count 1
+	$(GO_TEST) ./test/bench/ -run '^$$' -bench . -benchtime 20x -count 1
 
 # make bench-compare: this provider against the in-cluster IPAM provider, on Kubernetes
 # BENCH_KUBE_VERSION. Shorter: make bench-compare BENCH_N=200 BENCH_REPS=1 BENCH_QUIET=5s
