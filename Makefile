@@ -197,7 +197,7 @@ local-repository: release-manifests $(KUSTOMIZE) ## Write out/repository/: an of
 
 # The e2e suite runs on its own after the others: its processes and waits should not
 # compete for the 2 cores with the envtest suites.
-GO_PACKAGES_BUT_E2E = $$(go list ./... | grep -v /test/e2e)
+GO_PACKAGES_BUT_E2E = $$(go list ./... | grep -v -e /test/e2e -e /test/simulation)
 # The packages whose tests start a control plane (envtest or test/e2e's processes): the
 # ones that differ from one Kubernetes version to the next.
 CONTROL_PLANE_PACKAGES_BUT_E2E = $$(go list -test -f '{{if .ForTest}}{{.ForTest}} {{join .Deps " "}}{{end}}' ./... | \
@@ -206,13 +206,19 @@ CONTROL_PLANE_PACKAGES_BUT_E2E = $$(go list -test -f '{{if .ForTest}}{{.ForTest}
 # interceptors, the stand-in in process). Seconds; nothing to build first.
 UNIT_PACKAGES = $$(go list -test -f '{{if .ForTest}}{{.ForTest}} {{join .Deps " "}}{{end}}' ./... | \
 	awk '/sigs.k8s.io\/controller-runtime\/pkg\/envtest( |$$)|internal\/localcluster( |$$)/ {cp[$$1]=1} {all[$$1]=1} \
-	END {for (p in all) if (!cp[p]) print p}' | sort -u | grep -v /test/e2e)
+	END {for (p in all) if (!cp[p]) print p}' | sort -u | grep -v -e /test/e2e -e /test/simulation)
+
+# The seeded simulation of every controller (test/simulation) runs without -race: one
+# goroutine runs at a time there, and the race detector makes it five times slower.
+# SIM_SEEDS=n runs seeds 1 to n (CI: its fixed set), SIM_SEED=n replays one.
+SIM_TEST = $(GO_TEST) -count=1 -timeout $(TEST_TIMEOUT) ./test/simulation/
 
 .PHONY: test
 test: verify-gen verify-tidy verify-imports vet lint test-assets e2e-assets release $(PROMTOOL) $(PROMETHEUS) $(HELM) $(PREVIOUS_MANAGER) ## Everything on Kubernetes KUBE_VERSION (default the newest): generated files, go.mod tidy, vet, lint, then all tests (unit, envtest, e2e).
 	@echo "Testing on Kubernetes $(KUBE_VERSION) (etcd $(ETCD_VERSION))"
 	@$(PROGRESS) "Running the unit, envtest and other suites with -race (~5 min; a line per package as it ends)" -- \
 		$(GO_TEST) $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) $(GO_PACKAGES_BUT_E2E)
+	@$(PROGRESS) "Running the seeded simulation (~1 min)" -- $(SIM_TEST)
 	@$(PROGRESS) "Running the end-to-end suite (~6 min)" -- $(GO_TEST) $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) ./test/e2e/
 
 .PHONY: test-kube
@@ -237,12 +243,14 @@ ci: ## What CI runs (.ci/run): make test on the newest Kubernetes, then make tes
 	$(MAKE) test-kube KUBE_VERSION=$(KUBE_VERSION_OLDEST) RUN='$(E2E_ON_OLDEST)'
 
 .PHONY: test-unit
-test-unit: $(PROMTOOL) $(HELM) release ## Only the fast tier: tests that start no control plane (seconds; builds promtool and Helm once).
+test-unit: $(PROMTOOL) $(HELM) release ## Only the fast tier: tests that start no control plane (seconds; builds promtool and Helm once), and the seeded simulation.
 	$(GO_TEST) $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) $(UNIT_PACKAGES)
+	$(SIM_TEST)
 
 .PHONY: test-go
 test-go: test-assets e2e-assets release $(PROMTOOL) $(PROMETHEUS) $(HELM) $(PREVIOUS_MANAGER) ## All Go tests, without the generation and lint checks of make test.
 	$(GO_TEST) $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) $(GO_PACKAGES_BUT_E2E)
+	$(SIM_TEST)
 	$(GO_TEST) $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) ./test/e2e/
 
 FUZZTIME ?= 30s
@@ -251,6 +259,8 @@ fuzz: ## Fuzz every parser of outside input for FUZZTIME each (default 30s); mak
 	@hack/fuzz.sh $(FUZZTIME)
 
 CHAOS_FUZZTIME ?= 30s
+# How many seeds make test-chaos runs through the simulation (make test: its fixed 20).
+CHAOS_SIM_SEEDS ?= 500
 # The commit the chaos table is measured on ("-dirty" when the work tree has changes).
 CHAOS_COMMIT = $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD 2>/dev/null || echo -dirty)
 .PHONY: test-chaos
@@ -260,6 +270,8 @@ test-chaos: test-assets e2e-assets $(PROMETHEUS) $(HELM) $(PREVIOUS_MANAGER) ## 
 	@export E2E_CHAOS=full CHAOS_ROWS=$(ROOT)/out/chaos/rows.jsonl CHAOS_COMMIT=$(CHAOS_COMMIT); status=0; \
 	$(PROGRESS) "Running the clock-jump scenarios at full size (envtest, injected clock)" -- \
 		$(GO_TEST) -count=1 -timeout 20m -v -run '^TestClock' ./internal/controllers/ || status=1; \
+	$(PROGRESS) "Running the seeded simulation on $(CHAOS_SIM_SEEDS) seeds" -- \
+		env SIM_SEEDS=$(CHAOS_SIM_SEEDS) $(GO_TEST) -count=1 -timeout 60m -v -run '^TestSimulation$$$$' ./test/simulation/ || status=1; \
 	$(PROGRESS) "Running the chaos scenarios at full size (processes: control plane, manager replicas, stand-in)" -- \
 		env E2E_CHAOS_SUMMARY=$(ROOT)/out/chaos/summary.md $(GO_TEST) -count=1 -timeout 60m -v -run '^TestChaos' ./test/e2e/ || status=1; \
 	exit $$status

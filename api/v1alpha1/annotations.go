@@ -51,6 +51,11 @@ const ServiceNameLabel = annotationPrefix + "service-name"
 // that the Secret (and the namespace it is in) stays until those addresses are released.
 const SecretInUseFinalizer = "ipam.vitistack.io/secret-in-use"
 
+// CABundleInUseFinalizer is put on every ConfigMap or Secret that a registration names as
+// the CA bundle of its IPAM-API, so that the bundle (and the namespace it is in) stays until
+// the registration is released: a release needs it to reach the IPAM-API.
+const CABundleInUseFinalizer = "ipam.vitistack.io/ca-bundle-in-use"
+
 // Labels the provider writes on IPAddresses. With the Registered* annotations they are
 // the registration record: zone and family are read back from these labels.
 const (

@@ -41,6 +41,12 @@ const (
 	ClaimSecret = "vitistack.secret"
 	// AddressSecret indexes IPAddresses by the Secret (namespace/name) that owns them.
 	AddressSecret = "vitistack.secret"
+	// ClaimCABundle indexes IPAddressClaims by the CA bundle their record names
+	// (CABundleValue).
+	ClaimCABundle = "vitistack.caBundle"
+	// AddressCABundle indexes IPAddresses by the CA bundle their record names
+	// (CABundleValue).
+	AddressCABundle = "vitistack.caBundle"
 	// ClaimWaiting indexes unbound, live IPAddressClaims whose pool had no room for
 	// them, by PoolRefValue: the claims a freed address wakes.
 	ClaimWaiting = "vitistack.waiting"
@@ -220,6 +226,12 @@ var indexers = []indexer{
 		}
 		return out
 	}, false},
+	{&ipamv1.IPAddressClaim{}, ClaimCABundle, "IPAddressClaims by CA bundle", func(o client.Object) []string {
+		if r := claimRecord(o); r != nil && r.CABundle.Name != "" {
+			return []string{CABundleValue(r.CABundle)}
+		}
+		return nil
+	}, false},
 	{&ipamv1.IPAddressClaim{}, ClaimWaiting, "IPAddressClaims waiting for room", func(o client.Object) []string {
 		c := o.(*ipamv1.IPAddressClaim)
 		if c.Status.AddressRef.Name != "" || !c.DeletionTimestamp.IsZero() || readyReason(c) != ipamv1.IPAddressClaimReadyPoolExhaustedReason {
@@ -255,6 +267,22 @@ var indexers = []indexer{
 		}
 		return nil
 	}, false},
+	{&ipamv1.IPAddress{}, AddressCABundle, "IPAddresses by CA bundle", func(o client.Object) []string {
+		if r := addressRecord(o); r != nil && r.CABundle.Name != "" {
+			return []string{CABundleValue(r.CABundle)}
+		}
+		return nil
+	}, false},
+}
+
+// CABundleValue is the ClaimCABundle and AddressCABundle value of a CA bundle: its kind
+// (ConfigMap unless Secret), namespace and name.
+func CABundleValue(ref record.ObjectRef) string {
+	kind := "ConfigMap"
+	if ref.Kind == "Secret" {
+		kind = "Secret"
+	}
+	return kind + "/" + ref.Namespace + "/" + ref.Name
 }
 
 // Setup registers the field indexes on the manager's cache.

@@ -72,6 +72,7 @@ func CacheOptions(watchNamespace string) cache.Options {
 type Options struct {
 	IPAMAPIURL              string
 	IPAMAPITimeout          time.Duration
+	IPAMAPIQuarantine       time.Duration
 	ClusterID               string
 	DefaultSecretNamespace  string
 	DefaultSecretName       string
@@ -93,6 +94,9 @@ type Options struct {
 	// Clock replaces the wall clock of registration attempt times (tests jump it); nil
 	// means the host's.
 	Clock clock.PassiveClock
+	// Monotonic replaces the clock of the process's own waits (the simulation steps it);
+	// nil means the host's monotonic clock.
+	Monotonic clock.Clock
 }
 
 // AddFlags registers the provider's flags.
@@ -101,6 +105,10 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"Base URL of the vitistack IPAM-API, for example https://ipam-api.vitistack.io (a trailing /v2 is accepted). Pools may override it with spec.endpoint.")
 	fs.DurationVar(&o.IPAMAPITimeout, "ipam-api-timeout", ipamapi.DefaultTimeout,
 		"Deadline of every IPAM-API request.")
+	fs.DurationVar(&o.IPAMAPIQuarantine, "ipam-api-quarantine", DefaultQuarantine,
+		"How long after sending a request that got no answer the provider still counts on the IPAM-API carrying it out, and sends nothing else for "+
+			"that identity or address: the real IPAM-API finishes a stalled request up to about 30 s after it arrived (its MongoDB driver's server "+
+			"selection timeout), so keep this well above 30 s plus --ipam-api-timeout.")
 	fs.StringVar(&o.ClusterID, "cluster-id", ClusterIDKubeSystemUID,
 		"cluster_id sent to the IPAM-API for pools without spec.clusterID. "+ClusterIDKubeSystemUID+" (or empty): the UID of the kube-system Namespace (what the IPAM-operator used).")
 	fs.StringVar(&o.DefaultSecretNamespace, "default-secret-namespace", "",
@@ -131,6 +139,11 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.DefaultZone, "default-zone", "hnet-private",
 		"Zone of Services without the ipam.vitistack.io/zone annotation.")
 }
+
+// DefaultQuarantine is --ipam-api-quarantine's default: a margin of 20 s over the
+// longest the real IPAM-API was seen to take to carry out a stalled request (29.4 s
+// after it was sent) plus the default request timeout (10 s).
+const DefaultQuarantine = time.Minute
 
 // DefaultExcludedNamespaces are the namespaces whose Services are never served unless
 // --excluded-namespaces says otherwise: Kubernetes' own and the provider's.
@@ -173,6 +186,10 @@ func (o *Options) Validate() error {
 			return errors.Wrap(err, "--ipam-api-url")
 		}
 	}
+	if o.IPAMAPIQuarantine != 0 && o.IPAMAPIQuarantine <= o.IPAMAPITimeout {
+		return errors.Errorf("--ipam-api-quarantine (%s) must be longer than --ipam-api-timeout (%s): an unanswered request may be carried out "+
+			"after the provider gave up on it", o.IPAMAPIQuarantine, o.IPAMAPITimeout)
+	}
 	if o.MaxConcurrentReconciles < 1 {
 		return errors.New("--max-concurrent-reconciles must be at least 1")
 	}
@@ -200,12 +217,14 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		ClusterID:               o.ClusterID,
 		DefaultSecret:           types.NamespacedName{Namespace: o.DefaultSecretNamespace, Name: o.DefaultSecretName},
 		RequestTimeout:          o.IPAMAPITimeout,
+		QuarantineTime:          o.IPAMAPIQuarantine,
 		MaxConcurrentReconciles: o.MaxConcurrentReconciles,
 		PoolProbeInterval:       o.PoolProbeInterval,
 		SubnetRecheckInterval:   o.SubnetRecheckInterval,
 		SecretRecheckInterval:   o.SecretRecheckInterval,
 		WatchFilterValue:        o.WatchFilter,
 		Clock:                   o.Clock,
+		Monotonic:               o.Monotonic,
 	})
 	if err := mgr.Add(stateMetrics(mgr, reg.InFlight, o.Clock)); err != nil {
 		return errors.Wrap(err, "adding the state metrics")
@@ -220,6 +239,12 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 			Key: types.NamespacedName{Namespace: o.DefaultSecretNamespace, Name: secret.LedgerName}},
 	}).SetupWithManager(ctx, mgr); err != nil {
 		return errors.Wrap(err, "setting up the Secret protector")
+	}
+	if err := (&secret.CABundles{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(),
+		Ledger: &secret.Ledger{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(),
+			Key: types.NamespacedName{Namespace: o.DefaultSecretNamespace, Name: secret.LedgerName}},
+	}).SetupWithManager(ctx, mgr); err != nil {
+		return errors.Wrap(err, "setting up the CA bundle protector")
 	}
 	for _, kind := range []string{ipamv1alpha1.VitistackIPPoolKind, ipamv1alpha1.GlobalVitistackIPPoolKind} {
 		if err := (&pool.Reconciler{

@@ -37,6 +37,12 @@ type Config struct {
 	SecretRecheckInterval time.Duration
 	// Clock is the wall clock of registration attempt times and claims' ages (nil: the host's).
 	Clock clock.PassiveClock
+	// Monotonic times the process's own waits: how long an unanswered request stays busy,
+	// how often waiting claims ask the Secret protector, how long a subnet address found
+	// taken is skipped, when a pool is checked again, and the polls for the cache (nil: the
+	// host's monotonic clock, which no change of the wall clock moves). The simulation
+	// steps it.
+	Monotonic clock.Clock
 	// WatchFilterValue, if set, limits reconciliation to objects with the
 	// cluster.x-k8s.io/watch-filter label of this value.
 	WatchFilterValue string
@@ -52,6 +58,14 @@ func (c Config) Quarantine() time.Duration {
 		t = ipamapi.DefaultTimeout
 	}
 	return 2 * t
+}
+
+// Ticks is Monotonic, else the host's clock.
+func (c Config) Ticks() clock.Clock {
+	if c.Monotonic != nil {
+		return c.Monotonic
+	}
+	return clock.RealClock{}
 }
 
 // ClientFactory gives the IPAM-API client for an endpoint and CA bundle.

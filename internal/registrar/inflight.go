@@ -37,6 +37,8 @@ type InFlight struct {
 	Quarantine time.Duration
 	// Clock is the wall clock of attempt times, recorded on claims for any process; nil: the host's.
 	Clock clock.PassiveClock
+	// Monotonic times the waits; nil: the host's monotonic clock.
+	Monotonic clock.PassiveClock
 
 	mu      sync.Mutex
 	slots   map[string]*slot
@@ -100,18 +102,21 @@ func (r holder) conflicts(address, share string, exclusive bool) bool {
 func HoldersConflict(a, b string) bool { return a == "" || b == "" || a == b }
 
 // Reserve claims an IPAM-API identity key (with the claim's address, if any) for a claim. It
-// fails, naming the other claim, when an existing claim holds a conflicting reservation.
-func (f *InFlight) Reserve(ctx context.Context, key, address string, claim client.Object) (string, bool) {
-	return f.reserve(ctx, identityKey+key, holder{address: address}, claim)
+// fails, naming the other claim, when an existing claim holds a conflicting reservation,
+// unless passes(other) (nil: none passes): the claim a Service's new claim supersedes, whose
+// registration it takes over. Requests of the two never overlap all the same: Register
+// sends nothing while one of the identity is busy.
+func (f *InFlight) Reserve(ctx context.Context, key, address string, claim client.Object, passes func(other *ipamv1.IPAddressClaim) bool) (string, bool) {
+	return f.reserve(ctx, identityKey+key, holder{address: address}, claim, passes)
 }
 
 // ReserveAddress claims an address (a record.HostKey) for a claim about to register it: two
 // claims of this process never register one address at once unless both declare one share key.
 func (f *InFlight) ReserveAddress(ctx context.Context, hostKey, share string, claim client.Object) (string, bool) {
-	return f.reserve(ctx, addressKey+hostKey, holder{share: share, exclusive: true}, claim)
+	return f.reserve(ctx, addressKey+hostKey, holder{share: share, exclusive: true}, claim, nil)
 }
 
-func (f *InFlight) reserve(ctx context.Context, key string, mine holder, claim client.Object) (string, bool) {
+func (f *InFlight) reserve(ctx context.Context, key string, mine holder, claim client.Object, passes func(*ipamv1.IPAddressClaim) bool) (string, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	s := f.slot(key, "")
@@ -131,7 +136,7 @@ func (f *InFlight) reserve(ctx context.Context, key string, mine holder, claim c
 			continue
 		}
 		kept = append(kept, other)
-		if other.conflicts(mine.address, mine.share, mine.exclusive) {
+		if other.conflicts(mine.address, mine.share, mine.exclusive) && (passes == nil || !passes(c)) {
 			conflict = other.name.String()
 		}
 	}
@@ -357,8 +362,12 @@ func (f *InFlight) Pending() map[string]metrics.Pending {
 // monotonic is the time since the first call, on the process's monotonic clock, which
 // no change of the wall clock moves. Callers hold mu.
 func (f *InFlight) monotonic() time.Duration {
-	if f.origin.IsZero() {
-		f.origin = time.Now()
+	var clk clock.PassiveClock = clock.RealClock{}
+	if f.Monotonic != nil {
+		clk = f.Monotonic
 	}
-	return time.Since(f.origin)
+	if f.origin.IsZero() {
+		f.origin = clk.Now()
+	}
+	return clk.Since(f.origin)
 }

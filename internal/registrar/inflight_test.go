@@ -34,23 +34,23 @@ func TestInFlightReservations(t *testing.T) {
 	f := &registrar.InFlight{Reader: fake.NewClientBuilder().WithScheme(manager.NewScheme()).WithObjects(a, b).Build(), Quarantine: time.Second}
 
 	// One identity: no two claims without an address, nor with the same one.
-	_, ok := f.Reserve(ctx, "id", "", a)
+	_, ok := f.Reserve(ctx, "id", "", a, nil)
 	g.Expect(ok).To(BeTrue())
-	holder, ok := f.Reserve(ctx, "id", "", b)
+	holder, ok := f.Reserve(ctx, "id", "", b, nil)
 	g.Expect(ok).To(BeFalse())
 	g.Expect(holder).To(Equal("ns/a"))
 	// Different explicit addresses may coexist (make before break).
 	f.Forget(a.UID)
-	_, ok = f.Reserve(ctx, "id", "10.0.0.1/32", a)
+	_, ok = f.Reserve(ctx, "id", "10.0.0.1/32", a, nil)
 	g.Expect(ok).To(BeTrue())
-	_, ok = f.Reserve(ctx, "id", "10.0.0.2/32", b)
+	_, ok = f.Reserve(ctx, "id", "10.0.0.2/32", b, nil)
 	g.Expect(ok).To(BeTrue())
 	// A claim that no longer exists holds nothing.
-	_, ok = f.Reserve(ctx, "id", "10.0.0.1/32", c)
+	_, ok = f.Reserve(ctx, "id", "10.0.0.1/32", c, nil)
 	g.Expect(ok).To(BeFalse())
-	_, ok = f.Reserve(ctx, "gone", "", claim("ghost"))
+	_, ok = f.Reserve(ctx, "gone", "", claim("ghost"), nil)
 	g.Expect(ok).To(BeTrue())
-	_, ok = f.Reserve(ctx, "gone", "", c)
+	_, ok = f.Reserve(ctx, "gone", "", c, nil)
 	g.Expect(ok).To(BeTrue(), "ghost does not exist")
 
 	// One address: only claims that declare the same share key.
@@ -169,7 +169,7 @@ func TestInFlightQuarantine(t *testing.T) {
 	g.Expect(f.MayStillBeInFlight("u", registration("y", "", time.Time{}))).To(BeZero(), "nothing was ever sent")
 
 	v := claim("v")
-	_, ok := f.Reserve(context.Background(), registration("z", "", attempt).Key(), "", v)
+	_, ok := f.Reserve(context.Background(), registration("z", "", attempt).Key(), "", v, nil)
 	g.Expect(ok).To(BeTrue())
 	g.Expect(register(f, api, v.UID, registration("z", "", attempt))).To(Succeed())
 	g.Expect(f.MayStillBeInFlight(v.UID, registration("z", "", attempt))).To(BeZero(), "its answer was seen")
@@ -219,7 +219,7 @@ func TestInFlightMayResendUnder(t *testing.T) {
 	g.Expect(f.MayResendUnder("u", reg, time.Second)).To(BeFalse(), "no answer seen")
 	g.Expect(register(f, api, "u", reg)).To(Succeed())
 	g.Expect(f.MayResendUnder("u", reg, time.Second)).To(BeFalse(), "nobody holds the identity: its answer is not kept")
-	_, ok := f.Reserve(context.Background(), reg.Key(), "", claim("u"))
+	_, ok := f.Reserve(context.Background(), reg.Key(), "", claim("u"), nil)
 	g.Expect(ok).To(BeTrue())
 	g.Expect(register(f, api, claim("u").UID, reg)).To(Succeed())
 	g.Expect(f.MayResendUnder(claim("u").UID, reg, time.Second)).To(BeTrue())
@@ -286,7 +286,7 @@ func TestInFlightForgetWhileOut(t *testing.T) {
 	f := &registrar.InFlight{Quarantine: time.Hour}
 	g.Expect(s.SetLatency(300*time.Millisecond, 0)).To(Succeed())
 	c, reg := claim("u"), registration("u", "83.118.168.79/32", time.Time{})
-	_, ok := f.Reserve(context.Background(), reg.Key(), reg.Address, c)
+	_, ok := f.Reserve(context.Background(), reg.Key(), reg.Address, c, nil)
 	g.Expect(ok).To(BeTrue())
 	done := make(chan error)
 	go func() { done <- register(f, api, c.UID, reg) }()
@@ -322,7 +322,7 @@ func TestInFlightPrunesOncePerDoubling(t *testing.T) {
 	keys := func() int { k, _ := f.Len(); return k }
 	hold := func(from, to int) {
 		for i := from; i < to; i++ {
-			_, ok := f.Reserve(ctx, fmt.Sprint("held", i), "", claim(fmt.Sprint("c", i)))
+			_, ok := f.Reserve(ctx, fmt.Sprint("held", i), "", claim(fmt.Sprint("c", i)), nil)
 			g.Expect(ok).To(BeTrue())
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/record"
 )
@@ -19,6 +20,8 @@ type Protected struct {
 	// Ask takes the Secrets that claims wait for to the Secret protector; nil: nobody
 	// is asked (the protector is enqueued by records only).
 	Ask *Queue
+	// Clock times the asks; nil: the host's.
+	Clock clock.PassiveClock
 
 	mu   sync.Mutex
 	keys map[types.NamespacedName]map[string]bool
@@ -48,13 +51,17 @@ func (p *Protected) Has(ref record.ObjectRef) bool {
 func (p *Protected) AskFor(secret types.NamespacedName) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.Ask == nil || time.Since(p.asked[secret]) < askAgain || !p.Ask.Add(secret) {
+	var clk clock.PassiveClock = clock.RealClock{}
+	if p.Clock != nil {
+		clk = p.Clock
+	}
+	if p.Ask == nil || clk.Since(p.asked[secret]) < askAgain || !p.Ask.Add(secret) {
 		return
 	}
 	if p.asked == nil || len(p.asked) > 1024 {
 		p.asked = map[types.NamespacedName]time.Time{}
 	}
-	p.asked[secret] = time.Now()
+	p.asked[secret] = clk.Now()
 }
 
 // Changed reports what the protector's last look at ref's Secret found: whether the

@@ -45,13 +45,14 @@ type Registrar struct {
 func New(c client.Client, reader client.Reader, clients ClientFactory, cfg Config) *Registrar {
 	secrets := &Secrets{Reader: reader, Writer: c, Default: cfg.DefaultSecret}
 	secrets.Protected.Ask = &Queue{}
+	secrets.Protected.Clock = cfg.Ticks()
 	return &Registrar{
 		Client:   c,
 		Reader:   reader,
 		Secrets:  secrets,
 		Clients:  clients,
 		Config:   cfg,
-		InFlight: &InFlight{Reader: c, Quarantine: cfg.Quarantine(), Clock: cfg.Clock},
+		InFlight: &InFlight{Reader: c, Quarantine: cfg.Quarantine(), Clock: cfg.Clock, Monotonic: cfg.Monotonic},
 		Wake:     &Queue{},
 	}
 }
@@ -128,15 +129,36 @@ func defaultRef(def types.NamespacedName) record.ObjectRef {
 
 // API gives the IPAM-API client for a registration's endpoint and CA bundle.
 func (r *Registrar) API(ctx context.Context, reg *record.Registration) (ipamapi.Client, error) {
-	ca, err := r.Secrets.CABundle(ctx, reg.CABundle)
+	return r.api(ctx, reg, false)
+}
+
+// APIToRegister is API for a new registration: its CA bundle must be protected by then
+// (ErrCABundleNotProtected, wrapped, until it is), so that it outlives the registration.
+func (r *Registrar) APIToRegister(ctx context.Context, reg *record.Registration) (ipamapi.Client, error) {
+	return r.api(ctx, reg, true)
+}
+
+func (r *Registrar) api(ctx context.Context, reg *record.Registration, protected bool) (ipamapi.Client, error) {
+	ca, ok, err := r.Secrets.caBundle(ctx, reg.CABundle)
 	if err != nil {
 		return nil, &ConfigError{Msg: err.Error() + "; fix the pool's spec.caBundleRef"}
+	}
+	if protected && !ok {
+		return nil, errors.Wrapf(ErrCABundleNotProtected, "waiting for %s %s/%s to be protected (finalizer %s) before anything is registered through it",
+			orConfigMap(reg.CABundle.Kind), reg.CABundle.Namespace, reg.CABundle.Name, ipamv1alpha1.CABundleInUseFinalizer)
 	}
 	api, err := r.Clients.For(reg.Endpoint, ca)
 	if err != nil {
 		return nil, &ConfigError{Msg: fmt.Sprintf("IPAM-API endpoint %s: %v", reg.Endpoint, err)}
 	}
 	return api, nil
+}
+
+func orConfigMap(kind string) string {
+	if kind == "Secret" {
+		return kind
+	}
+	return "ConfigMap"
 }
 
 // ClusterID is the cluster_id when neither claim nor pool nor flag gives one: the UID

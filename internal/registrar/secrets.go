@@ -184,23 +184,36 @@ func (s *Secrets) createDefault(ctx context.Context) (*corev1.Secret, error) {
 
 // CABundle returns the PEM bundle ref points at, nil when ref is empty.
 func (s *Secrets) CABundle(ctx context.Context, ref record.ObjectRef) ([]byte, error) {
+	b, _, err := s.caBundle(ctx, ref)
+	return b, err
+}
+
+// ErrCABundleNotProtected says the CA bundle has no ipam.vitistack.io/ca-bundle-in-use
+// finalizer yet (or is being deleted): nothing new is registered through it, or a release
+// could find it gone.
+var ErrCABundleNotProtected = errors.New("the CA bundle is not protected yet")
+
+// caBundle is CABundle, and whether the bundle is protected for new registrations: it
+// carries the CA bundle protector's finalizer and is not being deleted (no bundle: true).
+func (s *Secrets) caBundle(ctx context.Context, ref record.ObjectRef) ([]byte, bool, error) {
 	if ref.Name == "" {
-		return nil, nil
+		return nil, true, nil
 	}
 	key := ref.ObjectKey()
 	var data map[string][]byte
+	var obj client.Object
 	if ref.Kind == "Secret" {
 		sec := &corev1.Secret{}
 		if err := s.Reader.Get(ctx, key, sec); err != nil {
-			return nil, errors.Wrapf(err, "reading CA bundle Secret %s", key)
+			return nil, false, errors.Wrapf(err, "reading CA bundle Secret %s", key)
 		}
-		data = sec.Data
+		data, obj = sec.Data, sec
 	} else {
 		cm := &corev1.ConfigMap{}
 		if err := s.Reader.Get(ctx, key, cm); err != nil {
-			return nil, errors.Wrapf(err, "reading CA bundle ConfigMap %s", key)
+			return nil, false, errors.Wrapf(err, "reading CA bundle ConfigMap %s", key)
 		}
-		data = map[string][]byte{}
+		data, obj = map[string][]byte{}, cm
 		for k, v := range cm.Data {
 			data[k] = []byte(v)
 		}
@@ -208,10 +221,11 @@ func (s *Secrets) CABundle(ctx context.Context, ref record.ObjectRef) ([]byte, e
 			data[k] = v
 		}
 	}
+	protected := controllerutil.ContainsFinalizer(obj, ipamv1alpha1.CABundleInUseFinalizer) && obj.GetDeletionTimestamp().IsZero()
 	if v, ok := data[ref.Key]; ok && len(v) > 0 {
-		return v, nil
+		return v, protected, nil
 	}
-	return nil, errors.Errorf("%s %s has no key %q", ref.Kind, key, ref.Key)
+	return nil, false, errors.Errorf("%s %s has no key %q", ref.Kind, key, ref.Key)
 }
 
 const alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"time"
 
 	"github.com/pkg/errors"
 	"k8s.io/utils/ptr"
@@ -14,6 +15,7 @@ import (
 	"sigs.k8s.io/cluster-api-ipam-provider-in-cluster/pkg/ipamutil"
 
 	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/index"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/record"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/registrar"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/subnet"
@@ -78,16 +80,18 @@ func (h *Handler) allocate(ctx context.Context, address *ipamv1.IPAddress) outco
 	}
 	// Two requests of one identity without an address in flight at once would each
 	// allocate one; in subnet mode, an address must not meet an earlier request of the
-	// identity for another one either.
-	if reg.Phase != record.PhaseRegistered && (reg.Address == "" || subnetMode) {
-		if left := h.InFlight.MayStillBeInFlight(h.claim.UID, reg); left > 0 {
-			what := "request"
-			if reg.Address != "" {
-				what = "of " + reg.Address
-			}
-			return failed(ipamv1.IPAddressClaimReadyAllocationFailedReason, fmt.Sprintf("an earlier registration %s may still be in "+
-				"flight in the IPAM-API; the next is sent after %s", what, h.after(left))).retryIn(left)
+	// identity for another one either. Nor may any request meet one of another claim with
+	// the same identity (a Service's claim before a move) that may still be carried out.
+	own := reg.Phase != record.PhaseRegistered && (reg.Address == "" || subnetMode)
+	if left, err := h.mayStillBeInFlight(ctx, reg, own); err != nil {
+		return transient(err)
+	} else if left > 0 {
+		what := "request"
+		if reg.Address != "" {
+			what = "of " + reg.Address
 		}
+		return failed(ipamv1.IPAddressClaimReadyAllocationFailedReason, fmt.Sprintf("an earlier registration %s may still be in "+
+			"flight in the IPAM-API; the next is sent after %s", what, h.after(left))).retryIn(left)
 	}
 	if api == nil {
 		if api, sec, o = h.connect(ctx, reg); o != nil {
@@ -121,6 +125,31 @@ func (h *Handler) allocate(ctx context.Context, address *ipamv1.IPAddress) outco
 			reg.Zone, h.claim.Spec.PoolRef.Kind, h.pool.GetName())), valueKey(reg.Secret, sec, nil), reg, true)
 	}
 	return h.registerFailed(ctx, reg, sec, err, firstAttempt)
+}
+
+// mayStillBeInFlight is how long a registration of reg's identity may still be carried out
+// (0: none may), sent by this process or met on a record: this claim's own (if own), and that
+// of every other unbound claim with the same identity whose record names a request for any
+// address. The IPAM-API does not serialise the requests of one identity: one that allocates
+// an address meeting another leaves the identity holding an address no record names.
+func (h *Handler) mayStillBeInFlight(ctx context.Context, reg *record.Registration, own bool) (time.Duration, error) {
+	left := time.Duration(0)
+	if own {
+		left = h.InFlight.MayStillBeInFlight(h.claim.UID, reg)
+	}
+	claims := &ipamv1.IPAddressClaimList{}
+	if err := index.ListByRegistration(ctx, h.Client, claims, reg.Key()); err != nil {
+		return 0, errors.Wrap(err, "listing IPAddressClaims by registration")
+	}
+	for _, c := range claims.Items {
+		// Only a request that named no address can allocate one the identity then holds
+		// unrecorded; a claim once bound has had the answer to it.
+		if other, err := record.OnClaim(c.Annotations); c.UID != h.claim.UID && err == nil && other != nil && other.Key() == reg.Key() &&
+			!other.Attempt.IsZero() && other.Address == "" && c.Status.AddressRef.Name == "" {
+			left = max(left, h.InFlight.MayStillBeInFlight(c.UID, other))
+		}
+	}
+	return left, nil
 }
 
 // answeredIfBound makes the record of a claim once bound Registered, whatever phase it was
@@ -172,7 +201,11 @@ func lostAddress(reg *record.Registration, why string) outcome {
 // connect resolves the IPAM-API client and the owning Secret of an unbound claim's
 // registration. A refusal recorded for the same inputs stops here.
 func (h *Handler) connect(ctx context.Context, reg *record.Registration) (ipamapi.Client, *registrar.Secret, *outcome) {
-	api, err := h.API(ctx, reg)
+	api, err := h.APIToRegister(ctx, reg)
+	if errors.Is(err, registrar.ErrCABundleNotProtected) {
+		// The CA bundle protector protects it a moment after its pool appears.
+		return nil, nil, stop(transient(err).retryIn(protectionRecheck))
+	}
 	if err != nil {
 		return nil, nil, stop(asOutcome(err))
 	}
@@ -312,7 +345,9 @@ func (h *Handler) fillAddress(address *ipamv1.IPAddress, reg *record.Registratio
 // again until the claim, its pool or its Secret changes.
 func (h *Handler) registerFailed(ctx context.Context, reg *record.Registration, sec *registrar.Secret, err error, firstAttempt bool) outcome {
 	msg := err.Error()
-	nothingHeld := provesNothingHeld(err) || firstAttempt && ipamapi.ClassOf(err) == ipamapi.ClassNoPrefixes
+	// A refusal in validation (before any lookup) proves that nothing is held only when no
+	// request was sent under the record before: an earlier one may have been carried out.
+	nothingHeld := provesNothingHeld(err) || firstAttempt && (ipamapi.ClassOf(err) == ipamapi.ClassValidation || ipamapi.ClassOf(err) == ipamapi.ClassNoPrefixes)
 	refuse := func(o outcome) outcome { return h.refuse(ctx, o, valueKey(reg.Secret, sec, nil), reg, nothingHeld) }
 	switch ipamapi.ClassOf(err) {
 	case ipamapi.ClassExhausted:
@@ -357,11 +392,13 @@ func (h *Handler) registerFailed(ctx context.Context, reg *record.Registration, 
 }
 
 // provesNothingHeld reports whether a failed registration proves that the identity
-// holds nothing under the secret, zone and family: had it held an address, the
-// IPAM-API would have answered with it.
+// holds nothing under the secret, zone and family: the IPAM-API looked it up and, had it
+// held an address, would have answered with it. A validation refusal does not: the
+// IPAM-API validates before it looks anything up (and reads the zones from NetBox on
+// every request, so a retry can be refused where the first request was carried out).
 func provesNothingHeld(err error) bool {
 	switch ipamapi.ClassOf(err) {
-	case ipamapi.ClassValidation, ipamapi.ClassExhausted, ipamapi.ClassWrongSecret, ipamapi.ClassNotInZone:
+	case ipamapi.ClassExhausted, ipamapi.ClassWrongSecret, ipamapi.ClassNotInZone:
 		var e *ipamapi.Error
 		return !errors.As(err, &e) || !e.Unknown
 	}

@@ -256,10 +256,21 @@ func (h *Handler) finishRotation(ctx context.Context, address *ipamv1.IPAddress,
 // under way (none: to is zero): reg takes the secret that owns the address now. Used where
 // the IPAddress cannot show the outcome: it was lost, or the claim is being released.
 func (h *Handler) settleRotation(ctx context.Context, reg *record.Registration, to record.ObjectRef) error {
+	return h.settle(ctx, reg, to, false)
+}
+
+// settleForRelease is settleRotation for a claim being released: a target Secret being
+// deleted (a user rolling the rotation back) is asked all the same, or claim and Secret
+// would wait for each other for ever.
+func (h *Handler) settleForRelease(ctx context.Context, reg *record.Registration, to record.ObjectRef) error {
+	return h.settle(ctx, reg, to, true)
+}
+
+func (h *Handler) settle(ctx context.Context, reg *record.Registration, to record.ObjectRef, releasing bool) error {
 	if to.IsZero() || to.Equal(reg.Secret) || reg.Address == "" { // an intent always names its address
 		return nil
 	}
-	newOwns, err := h.ownedBy(ctx, reg, to)
+	newOwns, err := h.ownedBy(ctx, reg, to, releasing)
 	if err != nil {
 		return errors.Wrapf(err, "finding out whether the rotation of %s to the secret %s happened", reg.Address, to)
 	}
@@ -271,7 +282,8 @@ func (h *Handler) settleRotation(ctx context.Context, reg *record.Registration, 
 
 // ownedBy asks the IPAM-API whether the secret ref owns rec's address: registering it with that
 // secret succeeds only if so, or if it was free (registering it, as a rotation would have).
-func (h *Handler) ownedBy(ctx context.Context, rec *record.Registration, ref record.ObjectRef) (bool, error) {
+// Releasing, a Secret being deleted is asked too, if it is still protected with its value.
+func (h *Handler) ownedBy(ctx context.Context, rec *record.Registration, ref record.ObjectRef, releasing bool) (bool, error) {
 	api, err := h.API(ctx, rec)
 	if err != nil {
 		return false, err
@@ -280,7 +292,9 @@ func (h *Handler) ownedBy(ctx context.Context, rec *record.Registration, ref rec
 	if err != nil {
 		return false, err
 	}
-	if !sec.Ready() {
+	// Releasing, a Secret being deleted that is still protected with its value will do.
+	usable := sec.Ready() || releasing && sec.Protected && !sec.Changed() && sec.Fingerprint != ""
+	if !usable {
 		// Its answer would be ambiguous with another value, or unprotected: wait.
 		return false, errors.Errorf("Secret %s/%s is not protected with an unchanged value; waiting", ref.Namespace, ref.Name)
 	}

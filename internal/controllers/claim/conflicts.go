@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/pkg/errors"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
@@ -49,13 +50,17 @@ func (h *Handler) checkIdentityFree(ctx context.Context, reg *record.Registratio
 		}
 	}
 	if other == "" {
-		if holder, ok := h.InFlight.Reserve(ctx, key, reg.Address, h.claim); !ok {
+		passes := func(c *ipamv1.IPAddressClaim) bool { return supersedes(h.claim, c) }
+		if holder, ok := h.InFlight.Reserve(ctx, key, reg.Address, h.claim, passes); !ok {
 			other = "IPAddressClaim " + holder
 		}
 	}
 	if other == "" {
 		return nil
 	}
+	// Refused, the claim holds no reservation: the other may need none of it to go on (a
+	// Service moved twice: its newest claim takes over, the one in between goes).
+	h.forget()
 	msg := fmt.Sprintf("the IPAM-API identity (service_name %q, namespace_id %q, cluster_id %q) is already used by %s; "+
 		"give this claim a unique %s annotation", reg.Identity.ServiceName, reg.Identity.NamespaceID, reg.Identity.ClusterID,
 		other, ipamv1alpha1.ServiceNameAnnotation)
@@ -135,27 +140,52 @@ func (h *Handler) takeOver(ctx context.Context, reg *record.Registration) (strin
 	return "", nil
 }
 
-// handedOver reports whether the claim that supersedes this one now holds its registration
-// (same identity, address and secret): then this claim goes without releasing it.
-func (h *Handler) handedOver(ctx context.Context, reg *record.Registration) (bool, error) {
-	name := h.claim.Annotations[ipamv1alpha1.SupersededByAnnotation]
-	if name == "" {
-		return false, nil
+// namedElsewhere names another live claim whose IPAddress, or whose record once sent,
+// names reg's registration (identity, address and secret) ("" if none). Releasing it
+// would free an address that claim is bound to or is registering: a Service moved to
+// another pool and back before the move was done, whichever of its claims is superseded.
+// The other claim releases it when it goes. Claims being deleted do not count: each of
+// them releases, and the second is told "not held".
+func (h *Handler) namedElsewhere(ctx context.Context, reg *record.Registration) (string, error) {
+	same := func(r *record.Registration) bool {
+		return r != nil && r.Key() == reg.Key() && r.HostKey() == reg.HostKey() && r.Secret.Equal(reg.Secret)
 	}
-	next := &ipamv1.IPAddressClaim{}
-	if err := h.Client.Get(ctx, client.ObjectKey{Namespace: h.claim.Namespace, Name: name}, next); err != nil {
-		return false, client.IgnoreNotFound(errors.Wrap(err, "reading the claim that supersedes this one"))
+	addrs := &ipamv1.IPAddressList{}
+	if err := index.ListByRegistration(ctx, h.Client, addrs, reg.Key()); err != nil {
+		return "", errors.Wrap(err, "listing IPAddresses by registration")
 	}
-	addr := &ipamv1.IPAddress{}
-	if !supersedes(next, h.claim) || !next.DeletionTimestamp.IsZero() {
-		return false, nil
+	for _, a := range addrs.Items {
+		owner := metav1.GetControllerOf(&a)
+		if owner == nil || owner.UID == h.claim.UID || !a.DeletionTimestamp.IsZero() {
+			continue
+		}
+		if rec, err := record.OnAddress(a.Labels, a.Annotations); err != nil || !same(rec) {
+			continue
+		}
+		c := &ipamv1.IPAddressClaim{}
+		if err := h.Client.Get(ctx, client.ObjectKey{Namespace: a.Namespace, Name: owner.Name}, c); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			return "", errors.Wrap(err, "reading the claim of an IPAddress with the same registration")
+		}
+		if c.UID == owner.UID && c.DeletionTimestamp.IsZero() {
+			return "IPAddressClaim " + c.Namespace + "/" + c.Name, nil
+		}
 	}
-	if err := h.Client.Get(ctx, client.ObjectKeyFromObject(next), addr); err != nil {
-		return false, client.IgnoreNotFound(errors.Wrap(err, "reading the IPAddress of the claim that supersedes this one"))
+	claims := &ipamv1.IPAddressClaimList{}
+	if err := index.ListByRegistration(ctx, h.Client, claims, reg.Key()); err != nil {
+		return "", errors.Wrap(err, "listing IPAddressClaims by registration")
 	}
-	rec, err := record.OnAddress(addr.Labels, addr.Annotations)
-	return err == nil && rec != nil && metav1.IsControlledBy(addr, next) && addr.DeletionTimestamp.IsZero() &&
-		rec.Key() == reg.Key() && rec.HostKey() == reg.HostKey() && rec.Secret.Equal(reg.Secret), nil
+	for _, c := range claims.Items {
+		if c.UID == h.claim.UID || !c.DeletionTimestamp.IsZero() {
+			continue
+		}
+		if rec, _ := record.OnClaim(c.Annotations); same(rec) && rec.Address != "" && (rec.Phase == record.PhaseRegistered || !rec.Attempt.IsZero()) {
+			return "IPAddressClaim " + c.Namespace + "/" + c.Name, nil
+		}
+	}
+	return "", nil
 }
 
 // checkShare refuses a requested address another claim holds unless both declare the same

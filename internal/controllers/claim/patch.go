@@ -10,7 +10,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
-	"k8s.io/apimachinery/pkg/util/wait"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -29,7 +28,7 @@ func (h *Handler) patchClaim(ctx context.Context) error {
 	if err == nil && lastFinalizer {
 		// The API server deleted the claim and answered with its last state, finalizer still
 		// on: only its absence from the cache keeps the next reconcile from releasing again.
-		_ = waitForCache(ctx, h.Client, &ipamv1.IPAddressClaim{}, client.ObjectKeyFromObject(h.claim), "", untilGone)
+		_ = h.waitForCache(ctx, &ipamv1.IPAddressClaim{}, client.ObjectKeyFromObject(h.claim), "", untilGone)
 		return nil
 	}
 	if err != nil {
@@ -48,7 +47,7 @@ func (h *Handler) patchClaim(ctx context.Context) error {
 		// The next reconcile must see the new IPAddress in the cache, or it would create it again;
 		// then the request is forgotten (creating its IPAddress does not re-queue the claim, so no
 		// later reconcile would). Waiting after the status patch binds one watch delay sooner.
-		if err := waitForCache(ctx, h.Client, &ipamv1.IPAddress{}, client.ObjectKeyFromObject(a), a.ResourceVersion, untilSeen); err != nil {
+		if err := h.waitForCache(ctx, &ipamv1.IPAddress{}, client.ObjectKeyFromObject(a), a.ResourceVersion, untilSeen); err != nil {
 			errs = append(errs, errors.Wrapf(err, "waiting for IPAddress %s to be visible in the cache after create", a.Name))
 		} else {
 			h.forget()
@@ -58,7 +57,7 @@ func (h *Handler) patchClaim(ctx context.Context) error {
 		// The next reconcile must not act on a copy older than this one's writes (even if a later
 		// write failed): it would write them again, or take an attempt it finds for one whose
 		// answer this process never saw.
-		_ = waitForCache(ctx, h.Client, &ipamv1.IPAddressClaim{}, client.ObjectKeyFromObject(h.claim), h.writtenVersion, untilSeenOrGone)
+		_ = h.waitForCache(ctx, &ipamv1.IPAddressClaim{}, client.ObjectKeyFromObject(h.claim), h.writtenVersion, untilSeenOrGone)
 	}
 	return kerrors.NewAggregate(errs)
 }
@@ -105,26 +104,37 @@ const (
 	untilGone
 )
 
-// waitForCache waits (1 ms polls, at most 5 s) until the cache holds the object at key
-// as until says. obj is an empty object of the kind.
-func waitForCache(ctx context.Context, c client.Reader, obj client.Object, key types.NamespacedName, rv string, until cacheWait) error {
+// cacheWaitMax bounds a wait for the cache.
+const cacheWaitMax = 5 * time.Second
+
+// waitForCache waits (1 ms polls on the process's monotonic clock, at most cacheWaitMax)
+// until the cache holds the object at key as until says. obj is an empty object of the kind.
+func (h *Handler) waitForCache(ctx context.Context, obj client.Object, key types.NamespacedName, rv string, until cacheWait) error {
 	want, err := strconv.ParseUint(rv, 10, 64)
 	if err != nil {
 		want = 0 // not a number: the object being there is enough
 	}
-	return wait.PollUntilContextTimeout(ctx, time.Millisecond, 5*time.Second, true, func(ctx context.Context) (bool, error) {
-		if err := c.Get(ctx, key, obj); err != nil {
-			if apierrors.IsNotFound(err) {
-				return until != untilSeen, nil
+	clk := h.Config.Ticks()
+	for start := clk.Now(); ; clk.Sleep(time.Millisecond) {
+		switch err := h.Client.Get(ctx, key, obj); {
+		case apierrors.IsNotFound(err):
+			if until != untilSeen {
+				return nil
 			}
-			return false, err
+		case err != nil:
+			return err
+		case until != untilGone:
+			if got, err := strconv.ParseUint(obj.GetResourceVersion(), 10, 64); err != nil || got >= want {
+				return nil
+			}
 		}
-		if until == untilGone {
-			return false, nil
+		if err := ctx.Err(); err != nil {
+			return err
 		}
-		got, err := strconv.ParseUint(obj.GetResourceVersion(), 10, 64)
-		return err != nil || got >= want, nil
-	})
+		if clk.Since(start) >= cacheWaitMax {
+			return errors.Errorf("the cache did not show %s within %s", key, cacheWaitMax)
+		}
+	}
 }
 
 func withoutStatus(c *ipamv1.IPAddressClaim) *ipamv1.IPAddressClaim {

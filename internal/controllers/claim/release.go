@@ -46,7 +46,7 @@ func (h *Handler) release(ctx context.Context) outcome {
 		return outcome{}
 	}
 	if cur, _ := record.OnClaim(h.claim.Annotations); cur != nil && reg.Phase == record.PhaseRegistered {
-		if err := h.settleRotation(ctx, reg, cur.RotatingTo); err != nil {
+		if err := h.settleForRelease(ctx, reg, cur.RotatingTo); err != nil {
 			return releaseFailed(err.Error())
 		}
 	}
@@ -76,15 +76,25 @@ func (h *Handler) release(ctx context.Context) outcome {
 
 	if reg.Phase != record.PhaseRegistered {
 		// Sent, but never answered: the user never saw the address, so it goes without
-		// retention, once the request has certainly ended (see InFlight.Busy).
+		// retention.
 		reg.RetentionPeriodDays = 0
+	}
+	if reg.Phase != record.PhaseRegistered || reg.Address == "" {
+		// Once the request recorded has certainly ended (see InFlight.Busy): among them one
+		// sent to learn the address, below.
 		if left := h.InFlight.MayStillBeInFlight(h.claim.UID, reg); left > 0 {
 			return releaseWaits(fmt.Sprintf("an earlier registration request may still be in flight; releasing after %s",
 				h.after(left)), left)
 		}
 	}
 	if reg.Address == "" {
-		// Send it again to learn the address (the IPAM-API returns the held one).
+		// Send it again to learn the address (the IPAM-API returns the held one), recorded
+		// first like every registration: should its answer be lost too, the next process
+		// waits it out from now, not from the first attempt.
+		reg.Attempt = h.InFlight.AttemptTime()
+		if err := h.writeRecord(ctx, reg, nil); err != nil {
+			return releaseFailed(err.Error())
+		}
 		res, err := h.InFlight.Register(ctx, api, h.claim.UID, reg, reg.Request(sec.Value))
 		switch {
 		case err != nil && provesNothingHeld(err):
@@ -95,19 +105,23 @@ func (h *Handler) release(ctx context.Context) outcome {
 		reg.Address = res.Address
 	}
 
-	if over, err := h.handedOver(ctx, reg); err != nil {
+	if other, err := h.namedElsewhere(ctx, reg); err != nil {
 		return releaseFailed(err.Error())
-	} else if over {
-		return h.released(ctx, reg, "Handed the registration over to the claim that supersedes this one: nothing to release",
-			"supersededBy", h.claim.Annotations[ipamv1alpha1.SupersededByAnnotation])
+	} else if other != "" {
+		return h.released(ctx, reg, "Left the registration to another live claim that names it: nothing to release", "claim", other)
 	}
-	if left := h.InFlight.Busy(reg); left > 0 {
+	others, err := h.mayStillBeInFlight(ctx, reg, false)
+	if err != nil {
+		return releaseFailed(err.Error())
+	}
+	if left := max(h.InFlight.Busy(reg), others); left > 0 {
 		return releaseWaits(fmt.Sprintf("an earlier registration of %s may still be in flight in the IPAM-API; releasing after %s",
 			orPending(reg.Address), h.after(left)), left)
 	}
 	if _, err := api.Release(ctx, reg.Request(sec.Value)); err != nil {
 		// Under the owning value, "not held" means released already (or by the retention sweeper).
-		if !ipamapi.IsNotHeld(err) && (reg.Phase == record.PhaseRegistered || ipamapi.ClassOf(err) != ipamapi.ClassValidation) {
+		// A refusal (400) proves nothing: the IPAM-API validates before it looks anything up.
+		if !ipamapi.IsNotHeld(err) {
 			return releaseFailed(err.Error())
 		}
 		return h.released(ctx, reg, "The IPAM-API did not hold the address (any more): nothing to release")

@@ -10,6 +10,7 @@ import (
 	"github.com/pkg/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -30,6 +31,7 @@ import (
 // its record is cached is held in the in-flight table (ReserveAddress).
 type subnetState struct {
 	recheck time.Duration
+	clock   clock.PassiveClock // nil: the host's
 	mu      sync.Mutex
 	takenAt map[string]map[netip.Addr]time.Time // zone key -> address -> when found taken
 	// used counts, per poolKey, the objects naming each address; named is what each one names.
@@ -122,6 +124,15 @@ func (s *subnetState) window() time.Duration {
 	return s.recheck
 }
 
+func (s *subnetState) now() time.Time {
+	if s.clock == nil {
+		return time.Now()
+	}
+	return s.clock.Now()
+}
+
+func (s *subnetState) since(t time.Time) time.Duration { return s.now().Sub(t) }
+
 func (s *subnetState) markTaken(key string, a netip.Addr) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -132,11 +143,11 @@ func (s *subnetState) markTaken(key string, a netip.Addr) {
 		s.takenAt[key] = map[netip.Addr]time.Time{}
 	}
 	for b, t := range s.takenAt[key] { // prune what is no longer skipped
-		if time.Since(t) >= s.window() {
+		if s.since(t) >= s.window() {
 			delete(s.takenAt[key], b)
 		}
 	}
-	s.takenAt[key][a] = time.Now()
+	s.takenAt[key][a] = s.now()
 }
 
 // next is the lowest usable address of the pool that no object names, that is not skipped
@@ -147,7 +158,7 @@ func (s *subnetState) next(plan *subnet.Plan, key, pool string, skip map[netip.A
 	used := s.used[pool]
 	return plan.Next(func(a netip.Addr) bool {
 		t, taken := s.takenAt[key][a]
-		return used[a] > 0 || skip[a] || taken && time.Since(t) < s.window()
+		return used[a] > 0 || skip[a] || taken && s.since(t) < s.window()
 	})
 }
 

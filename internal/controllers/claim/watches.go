@@ -93,7 +93,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		claimKinds = append(claimKinds, ipampredicates.ClaimReferencesPoolKind(gk))
 		addressKinds = append(addressKinds, ipampredicates.AddressReferencesPoolKind(gk))
 	}
-	r.subnets.recheck = r.Config.SubnetRecheckInterval
+	r.subnets.recheck, r.subnets.clock = r.Config.SubnetRecheckInterval, r.Config.Ticks()
 	workers := max(r.Config.MaxConcurrentReconciles, 1)
 	notCreated := predicate.Funcs{CreateFunc: func(event.CreateEvent) bool { return false }}
 	addressCameOrWent := predicate.Funcs{ // a nil func passes

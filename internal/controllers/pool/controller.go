@@ -180,7 +180,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		// Shown on the pool and tried again in a minute, not after the controller's back-off
 		// (up to 1,000 s). The pool is not checked meanwhile: its subnet check would
 		// register under the same identity.
-		p = probe{at: time.Now(), next: time.Minute, result: *fail}
+		p = probe{at: r.Config.Ticks().Now(), next: time.Minute, result: *fail}
 	} else {
 		p = r.readiness(ctx, req.NamespacedName, pool)
 	}
@@ -194,7 +194,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if !pool.GetDeletionTimestamp().IsZero() && fail == nil {
 		return ctrl.Result{}, nil
 	}
-	return ctrl.Result{RequeueAfter: max(p.next-time.Since(p.at), time.Second)}, nil
+	return ctrl.Result{RequeueAfter: max(p.next-r.Config.Ticks().Since(p.at), time.Second)}, nil
 }
 
 // readiness returns the pool's last readiness check, checking again when the pool
@@ -203,7 +203,7 @@ func (r *Reconciler) readiness(ctx context.Context, key types.NamespacedName, po
 	r.mu.Lock()
 	last, ok := r.probed[key]
 	r.mu.Unlock()
-	if ok && last.uid == pool.GetUID() && last.generation == pool.GetGeneration() && time.Since(last.at) < last.next {
+	if ok && last.uid == pool.GetUID() && last.generation == pool.GetGeneration() && r.Config.Ticks().Since(last.at) < last.next {
 		return last
 	}
 	interval := r.Config.PoolProbeInterval
@@ -213,7 +213,7 @@ func (r *Reconciler) readiness(ctx context.Context, key types.NamespacedName, po
 	res, t := r.check(ctx, pool)
 	checked, at, outside := false, time.Time{}, (*check)(nil)
 	if ok && last.uid == pool.GetUID() && last.generation == pool.GetGeneration() &&
-		(last.subnetOutside == nil || time.Since(last.subnetAt) < interval) {
+		(last.subnetOutside == nil || r.Config.Ticks().Since(last.subnetAt) < interval) {
 		checked, at, outside = last.subnetChecked, last.subnetAt, last.subnetOutside
 	}
 	if res.reason == ipamv1alpha1.PoolReadyReason && pool.PoolSpec().Subnet != "" {
@@ -223,7 +223,7 @@ func (r *Reconciler) readiness(ctx context.Context, key types.NamespacedName, po
 			meta.IsStatusConditionTrue(pool.PoolStatus().Conditions, ipamv1alpha1.PoolReadyCondition))
 		if !checked {
 			outside, checked = r.checkSubnet(ctx, pool, t)
-			at = time.Now()
+			at = r.Config.Ticks().Now()
 		}
 		if outside != nil {
 			res = *outside
@@ -233,7 +233,7 @@ func (r *Reconciler) readiness(ctx context.Context, key types.NamespacedName, po
 	if res.reason != ipamv1alpha1.PoolReadyReason {
 		next = min(interval, time.Minute) // a broken pool is checked again sooner; a fix to the pool triggers at once
 	}
-	p := probe{uid: pool.GetUID(), generation: pool.GetGeneration(), at: time.Now(), next: next, result: res, subnetChecked: checked, subnetAt: at, subnetOutside: outside}
+	p := probe{uid: pool.GetUID(), generation: pool.GetGeneration(), at: r.Config.Ticks().Now(), next: next, result: res, subnetChecked: checked, subnetAt: at, subnetOutside: outside}
 	r.mu.Lock()
 	r.probed[key] = p
 	r.mu.Unlock()

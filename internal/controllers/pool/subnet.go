@@ -42,6 +42,11 @@ func (r *Reconciler) checkSubnet(ctx context.Context, pool ipamv1alpha1.Pool, t 
 	probe.Address = netip.PrefixFrom(prefix.Masked().Addr(), prefix.Addr().BitLen()).String()
 	probe.Identity.ServiceName, probe.Identity.NamespaceID = subnetProbeServiceName, string(pool.GetUID())
 	probe.RetentionPeriodDays, probe.Attempt = 0, r.InFlight.AttemptTime()
+	if _, err := r.APIToRegister(ctx, &probe); err != nil {
+		// Its CA bundle is not protected yet (a moment after the pool appears): checked later.
+		ctrl.LoggerFrom(ctx).V(1).Info("Not checking the pool's subnet against its zone yet", "reason", err.Error())
+		return nil, false
+	}
 	if err := r.setProbe(ctx, pool, &probe); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Not checking the pool's subnet against its zone")
 		return nil, false

@@ -76,7 +76,7 @@ func (p *Protector) SetupWithManager(ctx context.Context, mgr ctrl.Manager) erro
 		b = b.WatchesRawSource(p.Asks.Source())
 	}
 	if p.Ledger != nil {
-		b = b.WatchesRawSource(p.Ledger.Sweep())
+		b = b.WatchesRawSource(p.Ledger.Sweep(false))
 	}
 	return b.Complete(p)
 }
@@ -317,8 +317,10 @@ func (p *Protector) protect(ctx context.Context, req ctrl.Request) (ctrl.Result,
 		controllerutil.RemoveFinalizer(sec, ipamv1alpha1.SecretInUseFinalizer)
 	}
 	// Looked at again now and then while protected: a finalizer or fingerprint someone
-	// stripped comes back (Secrets are not watched).
-	res := p.resync(len(keys) > 0)
+	// stripped comes back (Secrets are not watched). So is one being deleted that a pool
+	// names: a Secret made again under its name (the default Secret, by a pool's next
+	// check) is protected then.
+	res := p.resync(len(named.all) > 0)
 	if len(keys) > 0 {
 		// Listed before it is protected: a protected Secret is always listed.
 		if err := p.list(ctx, req.NamespacedName, true); err != nil {
@@ -436,6 +438,14 @@ func (p *Protector) referencedKeys(ctx context.Context, secret types.NamespacedN
 	pools, err := index.ListPools(ctx, r, poolOpts...)
 	if err != nil {
 		return names{}, errors.Wrap(err, "listing the pools")
+	}
+	// A pool's subnet check in flight is a registration too: its release needs the Secret.
+	for _, pool := range pools {
+		if _, probing := pool.GetAnnotations()[ipamv1alpha1.SubnetProbeAnnotation]; probing {
+			if ref := registrar.PoolSecret(pool, p.defaultSecret()); ref.ObjectKey() == secret {
+				keys[ref.Key] = true
+			}
+		}
 	}
 	out := names{byRecord: slices.Sorted(maps.Keys(keys))}
 	for _, pool := range pools {

@@ -81,8 +81,8 @@ func (l *Ledger) Set(ctx context.Context, secret types.NamespacedName, listed bo
 			cm = &corev1.ConfigMap{}
 			cm.Namespace, cm.Name = l.Key.Namespace, l.Key.Name
 			cm.Labels = map[string]string{"app.kubernetes.io/managed-by": "cluster-api-ipam-provider-vitistack"}
-			cm.Annotations = map[string]string{ipamv1alpha1.DescriptionAnnotation: "The Secrets the provider protects with its " +
-				"secret-in-use finalizer, so a new leader looks at each again. Maintained by the provider; do not edit."}
+			cm.Annotations = map[string]string{ipamv1alpha1.DescriptionAnnotation: "The Secrets and CA bundles the provider protects with its " +
+				"secret-in-use and ca-bundle-in-use finalizers, so a new leader looks at each again. Maintained by the provider; do not edit."}
 			cm.Data = map[string]string{ledgerKey: entry}
 			err = l.Client.Create(ctx, cm)
 			switch {
@@ -135,19 +135,22 @@ func lines(cm *corev1.ConfigMap) []string {
 // sweepRetry is how long a leader waits between tries to read the ledger.
 const sweepRetry = 2 * time.Second
 
-// Sweep is a source that enqueues every Secret the ledger lists when the controller
-// starts (once it leads), retrying until the list is read.
-func (l *Ledger) Sweep() source.Source {
+// Sweep is a source that enqueues every entry of the ledger that is the controller's (a
+// Secret's, or, with caBundles, a CA bundle's) when the controller starts (once it leads),
+// retrying until the list is read.
+func (l *Ledger) Sweep(caBundles bool) source.Source {
 	return source.Func(func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
 		go func() {
 			_ = wait.PollUntilContextCancel(ctx, sweepRetry, true, func(ctx context.Context) (bool, error) {
-				secrets, err := l.List(ctx)
+				entries, err := l.List(ctx)
 				if err != nil {
-					ctrl.Log.WithName("secret-protector").Error(err, "Looking at the protected Secrets again, retrying")
+					ctrl.Log.WithName("secret-protector").Error(err, "Looking at the protected Secrets and CA bundles again, retrying")
 					return false, nil
 				}
-				for _, s := range secrets {
-					q.Add(reconcile.Request{NamespacedName: s})
+				for _, e := range entries {
+					if IsCABundleEntry(e) == caBundles {
+						q.Add(reconcile.Request{NamespacedName: e})
+					}
 				}
 				return true, nil
 			})
@@ -155,3 +158,7 @@ func (l *Ledger) Sweep() source.Source {
 		return nil
 	})
 }
+
+// IsCABundleEntry reports whether an entry of the ledger is a CA bundle's (the CA bundle
+// protector's work item: namespace and "Kind/name"), not a Secret's.
+func IsCABundleEntry(e types.NamespacedName) bool { return strings.Contains(e.Name, "/") }

@@ -47,7 +47,7 @@ func started(t *testing.T, p *secret.Protector) []types.NamespacedName {
 	defer q.ShutDown()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if err := p.Ledger.Sweep().Start(ctx, q); err != nil {
+	if err := p.Ledger.Sweep(false).Start(ctx, q); err != nil {
 		t.Fatal(err)
 	}
 	var out []types.NamespacedName

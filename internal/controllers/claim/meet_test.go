@@ -1,0 +1,244 @@
+package claim_test
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/record"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi/sim"
+)
+
+// Where controllers meet: the defects the seeded simulation (test/simulation) found, each
+// replayed here step by step.
+
+// TestAServiceMovedBackKeepsItsAddress: a Service is moved to another pool of its zone and
+// family; its new claim takes the registration over but is not bound yet (its request got a
+// 503) when the user moves the Service back. The Service controller deletes the new claim;
+// its release must not free the address the old claim is still bound to (MetalLB announces
+// it).
+func TestAServiceMovedBackKeepsItsAddress(t *testing.T) {
+	w := newWorld(t)
+	servicePools(ipamv1alpha1.IPv4, ipamv1alpha1.IPv4)(w)
+	addr := w.bound(t, "web-ipv4")[0]
+	if addr == nil {
+		return
+	}
+	old := w.get(claimObj("web-ipv4", "", nil)).(*ipamv1.IPAddressClaim)
+	old.Annotations[ipamv1alpha1.SupersededByAnnotation] = "web-moved"
+	must(t, w.direct.Update(w.ctx, old))
+	must(t, w.api.FailNext(1, http.StatusServiceUnavailable, "upstream connect error"))
+	w.create(serviceClaim("web-moved", "svc-b"))
+	w.run(1)
+	moved := w.get(claimObj("web-moved", "", nil)).(*ipamv1.IPAddressClaim)
+	if rec, _ := record.OnClaim(moved.Annotations); rec == nil || rec.Attempt.IsZero() || moved.Status.AddressRef.Name != "" {
+		t.Fatalf("the new claim should have sent its request and not be bound: %s", w.describe())
+	}
+	// Moved back: the old claim fits again and is bound, the new one goes.
+	old = w.get(claimObj("web-ipv4", "", nil)).(*ipamv1.IPAddressClaim)
+	delete(old.Annotations, ipamv1alpha1.SupersededByAnnotation)
+	must(t, w.direct.Update(w.ctx, old))
+	w.deleteClaims("web-moved")
+	w.settle()
+	if c := claimObj("web-moved", "", nil); w.direct.Get(w.ctx, client.ObjectKeyFromObject(c), c) == nil {
+		t.Errorf("web-moved stays: finalizers %v, conditions %v", c.Finalizers, c.Status.Conditions)
+	}
+	if got := w.bound(t, "web-ipv4")[0]; got == nil || got.Spec.Address != addr.Spec.Address {
+		t.Fatalf("web-ipv4 is no longer bound to %s: %s", addr.Spec.Address, w.describe())
+	}
+	if live := w.live(); len(live[addr.Spec.Address+"/32"]) != 1 {
+		t.Errorf("the IPAM-API holds %v: %s, which web-ipv4 is bound to, was released", live, addr.Spec.Address)
+	}
+	w.check()
+}
+
+// TestAReleaseThatLearnsItsAddressRecordsItsRequest: a claim deleted before its first
+// request was answered sends the registration again to learn the address it may hold. That
+// request is recorded before it goes, like every other: should its answer be lost and the
+// process die, the next process waits it out from then, not from the first request (which
+// let a late registration hold the address after the release, for ever).
+func TestAReleaseThatLearnsItsAddressRecordsItsRequest(t *testing.T) {
+	w := newWorld(t)
+	pools(w)
+	must(t, w.api.DropNext(sim.DropBefore, 1))
+	w.create(claimObj("c", "routed", nil))
+	w.run(2) // the default Secret is made and protected in the first pass, the request goes in the second
+	first, _ := record.OnClaim(w.get(claimObj("c", "", nil)).GetAnnotations())
+	if first == nil || first.Attempt.IsZero() {
+		t.Fatalf("the claim should have sent its request: %s", w.describe())
+	}
+	w.deleteClaims("c")
+	time.Sleep(2 * w.cfg.Quarantine()) // the first request is certainly over
+	must(t, w.api.DropNext(sim.DropAfter, 1))
+	w.run(1)
+	again, _ := record.OnClaim(w.get(claimObj("c", "", nil)).GetAnnotations())
+	if again == nil || !again.Attempt.After(first.Attempt) {
+		t.Fatalf("the request that learns the address went out without being recorded: record %+v, first attempt %s", again, first.Attempt)
+	}
+	w.settle()
+	w.gone(t, "c")
+	if live := w.live(); len(live) != 0 {
+		t.Errorf("the IPAM-API still holds %v", live)
+	}
+	w.check()
+}
+
+// TestARefusalOfARetryKeepsTheRecord: the first registration is carried out, its answer
+// lost; the retry is refused in validation (the IPAM-API reads the zones from NetBox on
+// every request, before it looks anything up). The refusal proves nothing about the first
+// request: the record stays, and the claim's address is released when it goes.
+func TestARefusalOfARetryKeepsTheRecord(t *testing.T) {
+	w := newWorld(t)
+	pools(w)
+	must(t, w.api.DropNext(sim.DropAfter, 1))
+	w.create(claimObj("c", "routed", nil))
+	w.run(2) // the default Secret is made and protected in the first pass, the request goes in the second
+	if len(w.live()) != 1 {
+		t.Fatalf("the first registration should be held: %v", w.live())
+	}
+	time.Sleep(2 * w.cfg.Quarantine())
+	must(t, w.api.FailNext(1, http.StatusBadRequest, `{"message":"invalid zone 'inet', must be one of: 'hnet-private', 'hnet-public'"}`))
+	w.run(1)
+	if rec, _ := record.OnClaim(w.get(claimObj("c", "", nil)).GetAnnotations()); rec == nil {
+		t.Fatalf("the refusal of the retry dropped the record of an address the IPAM-API holds: %s", w.describe())
+	}
+	w.deleteClaims("c")
+	w.settle()
+	w.gone(t, "c")
+	if live := w.live(); len(live) != 0 {
+		t.Errorf("the first registration leaked: the IPAM-API holds %v", live)
+	}
+	w.check()
+}
+
+// TestAReleaseRefusedInValidationIsNotAReleaseOfAnUnansweredRecord: a deleted claim whose
+// request was never answered learns its address, then sends the release; a release refused
+// in validation released nothing and is tried again.
+func TestAReleaseRefusedInValidationIsNotAReleaseOfAnUnansweredRecord(t *testing.T) {
+	w := newWorld(t)
+	pools(w)
+	must(t, w.api.DropNext(sim.DropAfter, 1))
+	w.create(claimObj("c", "routed", nil))
+	w.run(2) // the default Secret is made and protected in the first pass, the request goes in the second
+	w.deleteClaims("c")
+	time.Sleep(2 * w.cfg.Quarantine())
+	// The learning registration is answered; the release after it is refused once.
+	w.api.SetFaultRoutes(sim.RouteRelease)
+	must(t, w.api.FailNext(1, http.StatusBadRequest, `{"message":"invalid zone 'inet', must be one of: 'hnet-private', 'hnet-public'"}`))
+	w.run(1)
+	w.api.SetFaultRoutes()
+	w.settle()
+	w.gone(t, "c")
+	if live := w.live(); len(live) != 0 {
+		t.Errorf("the address leaked: the IPAM-API holds %v", live)
+	}
+	w.check()
+}
+
+// TestAServiceMovedTwiceBindsItsNewestClaim: a Service is moved to another pool of its zone
+// and family, and again before the first move is done (its new claim's request got a 503).
+// The newest claim takes the registration over from the first claim; the claim in between
+// holds no reservation that keeps it from doing so, and goes without releasing anything.
+func TestAServiceMovedTwiceBindsItsNewestClaim(t *testing.T) {
+	w := newWorld(t)
+	servicePools(ipamv1alpha1.IPv4, ipamv1alpha1.IPv4)(w)
+	w.create(&ipamv1alpha1.VitistackIPPool{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "svc-c"},
+		Spec: ipamv1alpha1.VitistackIPPoolSpec{Zone: "inet", IPFamily: ipamv1alpha1.IPv4, AllowIdentityOverrides: true}})
+	addr := w.bound(t, "web-ipv4")[0]
+	if addr == nil {
+		return
+	}
+	supersede := func(name, by string) {
+		c := w.get(claimObj(name, "", nil)).(*ipamv1.IPAddressClaim)
+		c.Annotations[ipamv1alpha1.SupersededByAnnotation] = by
+		must(t, w.direct.Update(w.ctx, c))
+	}
+	supersede("web-ipv4", "web-m1")
+	must(t, w.api.FailNext(1, http.StatusServiceUnavailable, "upstream connect error"))
+	w.create(serviceClaim("web-m1", "svc-b"))
+	w.run(1)
+	// Moved again: the Service controller makes the newest claim and marks both others.
+	supersede("web-ipv4", "web-m2")
+	supersede("web-m1", "web-m2")
+	w.create(serviceClaim("web-m2", "svc-c"))
+	w.settle()
+	got := w.addressOf("web-m2")
+	if got == nil || got.Spec.Address != addr.Spec.Address {
+		t.Fatalf("the newest claim is not bound to %s (%v): the moves wait for each other\n%s", addr.Spec.Address, got, w.describe())
+	}
+	w.deleteClaims("web-m1", "web-ipv4")
+	w.settle()
+	if live := w.live(); len(live) != 1 || len(live[addr.Spec.Address+"/32"]) != 1 {
+		t.Errorf("the IPAM-API holds %v, want %s alone", live, addr.Spec.Address)
+	}
+	w.check()
+}
+
+// TestARestartDuringAMoveWaitsOutTheOldClaimsRequest: a Service's claim sends its first
+// registration and gets no answer; the process restarts, and the Service is moved: its new
+// claim, of the same identity, must not send while the old claim's request may still be
+// carried out (the IPAM-API would allocate a second address for the identity). The guard
+// across processes reads every record of the identity, not only the sending claim's.
+func TestARestartDuringAMoveWaitsOutTheOldClaimsRequest(t *testing.T) {
+	w := newWorld(t)
+	w.cfg.QuarantineTime = 2 * time.Second // long enough to look at the wait
+	w.start()
+	for _, name := range []string{"svc-a", "svc-b"} {
+		w.create(&ipamv1alpha1.VitistackIPPool{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: name},
+			Spec: ipamv1alpha1.VitistackIPPoolSpec{Zone: "inet", IPFamily: ipamv1alpha1.IPv4, AllowIdentityOverrides: true}})
+	}
+	w.create(secretObj("old", "old-secret-value-1"))
+	must(t, w.api.DropNext(sim.DropBefore, 1))
+	w.create(serviceClaim("web-ipv4", "svc-a"))
+	w.run(2)
+	if rec, _ := record.OnClaim(w.get(claimObj("web-ipv4", "", nil)).GetAnnotations()); rec == nil || rec.Attempt.IsZero() {
+		t.Fatalf("the old claim should have sent its request: %s", w.describe())
+	}
+	w.start() // a restart: nothing in memory says the request got no answer
+	old := w.get(claimObj("web-ipv4", "", nil)).(*ipamv1.IPAddressClaim)
+	old.Annotations[ipamv1alpha1.SupersededByAnnotation] = "web-a"
+	must(t, w.direct.Update(w.ctx, old))
+	sent := w.api.Stats().Total(sim.RouteRegister)
+	w.create(serviceClaim("web-a", "svc-b")) // reconciled before the old claim, which would mark the identity busy
+	w.run(1)
+	if n := w.api.Stats().Total(sim.RouteRegister) - sent; n != 0 {
+		t.Errorf("%d registrations of the identity went out while the old claim's request may still be carried out", n)
+	}
+	w.settle()
+	if w.addressOf("web-a") == nil && w.addressOf("web-ipv4") == nil {
+		t.Fatalf("neither claim is bound after the wait: %s", w.describe())
+	}
+	w.check()
+}
+
+// TestARotationRolledBackByDeletingItsTargetLetsBothGo: a bound claim is pointed at a new
+// Secret while the IPAM-API is down, so the rotation stays an intent; the user rolls back by
+// deleting the new Secret and the claim. The release asks the IPAM-API which Secret owns the
+// address, the one being deleted included, releases it under the old one, and both the
+// claim and the new Secret go.
+func TestARotationRolledBackByDeletingItsTargetLetsBothGo(t *testing.T) {
+	w, addr := boundUnder(t, "r", "routed", "old")
+	c := w.get(claimObj("r", "", nil)).(*ipamv1.IPAddressClaim)
+	c.Annotations[ipamv1alpha1.SecretAnnotation] = "new"
+	must(t, w.direct.Update(w.ctx, c))
+	w.api.SetDown(true)
+	w.run(3)
+	if rec, _ := record.OnClaim(w.get(claimObj("r", "", nil)).GetAnnotations()); rec == nil || rec.RotatingTo.Name != "new" {
+		t.Fatalf("the rotation should be recorded as an intent: %s", w.describe())
+	}
+	must(t, w.direct.Delete(w.ctx, secretObj("new", "")))
+	w.deleteClaims("r")
+	w.api.SetDown(false)
+	w.settle()
+	w.gone(t, "r")
+	if err := w.direct.Get(w.ctx, client.ObjectKey{Namespace: "apps", Name: "new"}, secretObj("", "")); err == nil {
+		t.Errorf("the new Secret stays, being deleted")
+	}
+	_ = addr
+	w.check()
+}
