@@ -51,6 +51,12 @@ const ServiceNameLabel = annotationPrefix + "service-name"
 // that the Secret (and the namespace it is in) stays until those addresses are released.
 const SecretInUseFinalizer = "ipam.vitistack.io/secret-in-use"
 
+// SecretLettingGoAnnotation marks a Secret the Secret protector is letting go: nothing
+// names it any more, and it looks once more, uncached, before it takes its finalizer and
+// fingerprints off. A claim takes a marked Secret for unprotected, and registers nothing
+// under it: either it reads the mark, or the protector's last look finds its record.
+const SecretLettingGoAnnotation = annotationPrefix + "letting-go"
+
 // CABundleInUseFinalizer is put on every ConfigMap or Secret that a registration names as
 // the CA bundle of its IPAM-API, so that the bundle (and the namespace it is in) stays until
 // the registration is released: a release needs it to reach the IPAM-API.

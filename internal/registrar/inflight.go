@@ -154,8 +154,9 @@ func (f *InFlight) reserve(ctx context.Context, key string, mine holder, claim c
 	return conflict, conflict == ""
 }
 
-// Forget drops what this process knows about a claim: what it holds and the answers
-// it saw. A request of the claim that may still be carried out keeps its key busy.
+// Forget drops what this process knows about a claim: what it holds, and the answers it
+// saw once their request's quarantine is over. A request of the claim that may still be
+// carried out keeps its key busy.
 func (f *InFlight) Forget(uid types.UID) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -168,6 +169,9 @@ func (f *InFlight) Forget(uid types.UID) {
 		s.holders = slices.DeleteFunc(s.holders, func(h holder) bool { return h.uid == uid })
 		switch {
 		case s.busy(mono):
+		case s.answered && s.until > mono:
+			// An answer seen lately is kept until the request's quarantine would have ended
+			// (pruned after): the claim's release, or a request sent again, waits for nothing.
 		case len(s.holders) == 0:
 			delete(f.slots, key)
 		case s.by == uid:

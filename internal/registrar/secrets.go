@@ -66,6 +66,8 @@ type Secret struct {
 	Deleting bool
 	// Fingerprint is the fingerprint recorded on the Secret for Ref.Key ("" if none).
 	Fingerprint string
+	// LettingGo is true while the Secret protector is letting the Secret go.
+	LettingGo bool
 }
 
 // Changed reports whether the value differs from the one the Secret's addresses were
@@ -75,9 +77,10 @@ func (s *Secret) Changed() bool {
 }
 
 // Ready reports whether new registrations may be made under the Secret: it is protected and
-// fingerprinted with its present value by the Secret controller, and not being deleted.
+// fingerprinted with its present value by the Secret controller, not being let go by it,
+// and not being deleted.
 func (s *Secret) Ready() bool {
-	return s.Protected && !s.Deleting && s.Fingerprint == record.Fingerprint([]byte(s.Value))
+	return s.Protected && !s.Deleting && !s.LettingGo && s.Fingerprint == record.Fingerprint([]byte(s.Value))
 }
 
 // Secrets reads IPAM-API secrets and CA bundles uncached (the manager needs no cluster-wide
@@ -137,6 +140,7 @@ func secretFrom(ref record.ObjectRef, sec *corev1.Secret) (*Secret, error) {
 		Protected:       controllerutil.ContainsFinalizer(sec, ipamv1alpha1.SecretInUseFinalizer),
 		Deleting:        !sec.DeletionTimestamp.IsZero(),
 		Fingerprint:     record.Fingerprints(sec.Annotations)[ref.Key],
+		LettingGo:       sec.Annotations[ipamv1alpha1.SecretLettingGoAnnotation] != "",
 	}, nil
 }
 

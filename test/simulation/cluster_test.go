@@ -41,6 +41,9 @@ type cluster struct {
 	uids    map[types.UID]objKey
 	procs   []*process
 	nextUID int
+	// changes counts the changes of any object: an oracle that saw none since it last
+	// looked finds the same.
+	changes int
 }
 
 type objKey struct {
@@ -93,6 +96,7 @@ func (c *cluster) changed(k objKey) {
 	if old == nil && now == nil || old != nil && now != nil && old.GetResourceVersion() == now.GetResourceVersion() {
 		return
 	}
+	c.changes++
 	if now == nil {
 		delete(c.objects, k)
 		delete(c.uids, old.GetUID())

@@ -30,6 +30,8 @@ type ipam struct {
 	// held are requests that stalled in the IPAM-API: each lands (is carried out) at its
 	// time, its answer long given up on.
 	held []heldRequest
+	// served counts the requests carried out.
+	served int
 }
 
 type heldRequest struct {
@@ -128,6 +130,7 @@ func (i *ipam) overlaps(r *http.Request, body []byte, what string) {
 }
 
 func (i *ipam) serve(r *http.Request, body []byte) *http.Response {
+	i.served++
 	rec := httptest.NewRecorder()
 	req := r.Clone(context.Background())
 	req.Body = io.NopCloser(bytes.NewReader(body))

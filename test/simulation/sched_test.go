@@ -202,7 +202,7 @@ func (c *simClock) elapsed() time.Duration {
 // Sleep parks the calling task until virtual time has moved by d.
 func (c *simClock) Sleep(d time.Duration) {
 	t := c.s.current
-	if t == nil {
+	if t == nil || d <= 0 {
 		return
 	}
 	t.wakeAt = c.now.Add(d)

@@ -180,8 +180,8 @@ func (w *world) deleteClaim() string {
 	return "deletes IPAddressClaim " + c.Namespace + "/" + c.Name
 }
 
-// recreateClaim deletes a claim and makes one of the same name under the same Secret at
-// once, as a GitOps sync does.
+// recreateClaim deletes a claim and makes it again, same name, same annotations, once
+// the name is free, as a GitOps sync does: the same IPAM-API identity under the same Secret.
 func (w *world) recreateClaim() string {
 	cs := w.userClaims()
 	if len(cs) == 0 {
@@ -189,17 +189,26 @@ func (w *world) recreateClaim() string {
 	}
 	c := cs[w.s.pick(len(cs))]
 	_ = w.cluster.delete(&c)
-	again := &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: c.Name + "r", Annotations: map[string]string{}},
+	again := &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: c.Name, Annotations: map[string]string{}},
 		Spec: c.Spec}
 	for _, k := range []string{ipamv1alpha1.SecretAnnotation, ipamv1alpha1.RetentionPeriodDaysAnnotation} {
 		if v, ok := c.Annotations[k]; ok {
 			again.Annotations[k] = v
 		}
 	}
-	if err := w.cluster.create(again); err != nil {
-		return "deletes IPAddressClaim " + c.Name
+	w.recreate = append(w.recreate, again)
+	return fmt.Sprintf("deletes IPAddressClaim %s, to create it again once it is gone", c.Name)
+}
+
+// recreated is the claims waiting to be made again whose names are free now.
+func (w *world) recreated() []*ipamv1.IPAddressClaim {
+	var out []*ipamv1.IPAddressClaim
+	for _, c := range w.recreate {
+		if !w.exists(&ipamv1.IPAddressClaim{}, c.Namespace, c.Name) {
+			out = append(out, c)
+		}
 	}
-	return fmt.Sprintf("deletes IPAddressClaim %s and creates %s under the same Secret", c.Name, again.Name)
+	return out
 }
 
 func (w *world) updateClaim(mutate func(c *ipamv1.IPAddressClaim) string) string {

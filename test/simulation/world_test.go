@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -55,6 +56,11 @@ type world struct {
 	// refused: deletes of the namespace controller that admission refused, and when it
 	// tries again.
 	refused map[objKey]time.Time
+	// looked is the count of changes when the oracle last looked; settled is what it found.
+	looked  int
+	settled bool
+	// recreate: claims a user deleted, to create again once their name is free.
+	recreate []*ipamv1.IPAddressClaim
 	// failed is the first failure; calmAt is when the chaos phase ended.
 	failed  string
 	calmAt  time.Time
@@ -99,19 +105,27 @@ func (w *world) run() string {
 		if w.chaos && w.users >= w.budget.users {
 			w.chaos = false
 			w.calmAt = w.s.clock.now
+			w.looked = -1 // the settled oracle looks at least once
 			w.s.log("the chaos ends: no more user actions or faults")
 		}
 		if w.step() {
 			continue
 		}
-		// A quiet point: nothing can happen before time moves.
-		if f := w.checkSafety(); f != "" {
-			return f
+		// A quiet point: nothing can happen before time moves. The oracle looks again only
+		// if anything changed since it last looked.
+		if changed := w.cluster.changes + w.ipam.served; changed != w.looked {
+			w.looked, w.settled = changed, false
+			if f := w.checkSafety(); f != "" {
+				return f
+			}
+			if !w.chaos {
+				w.settled = len(w.settledProblems()) == 0
+			}
+		}
+		if !w.chaos && w.settled {
+			return ""
 		}
 		if !w.chaos {
-			if entries := w.settledProblems(); len(entries) == 0 {
-				return ""
-			}
 			if w.s.clock.now.Sub(w.calmAt) > w.budget.settle {
 				return fmt.Sprintf("nothing settles within %s of the last fault:\n  %s", w.budget.settle, strings.Join(w.settledProblems(), "\n  "))
 			}
@@ -177,6 +191,18 @@ func (w *world) step() bool {
 	}
 	if n := w.terminating(); len(n) > 0 {
 		add(3, func() { w.terminate(n[w.s.pick(len(n))]) })
+	}
+	if rs := w.recreated(); len(rs) > 0 {
+		add(4, func() {
+			c := rs[w.s.pick(len(rs))]
+			w.recreate = slices.DeleteFunc(w.recreate, func(x *ipamv1.IPAddressClaim) bool { return x == c })
+			if !w.liveNamespace(c.Namespace) {
+				return
+			}
+			if err := w.cluster.create(c.DeepCopy()); err == nil {
+				w.s.log("user: creates IPAddressClaim %s/%s again %v", c.Namespace, c.Name, c.Annotations)
+			}
+		})
 	}
 	if at := w.ipam.nextLanding(); !at.IsZero() && !w.s.clock.now.Before(at) {
 		add(5, func() {

@@ -263,9 +263,24 @@ func (h *Handler) writePending(ctx context.Context, reg *record.Registration, se
 		// would save a write): its outcome is unknown, or it is too old.
 		reg.Attempt, written = h.InFlight.AttemptTime(), false
 	}
+	// The Secret protector lets a Secret go only after a last, uncached look for records
+	// (two-phase: see SecretLettingGoAnnotation): a record that names the Secret for the
+	// first time is written before a last read of the Secret, so that either this read sees
+	// the protector letting it go, or the protector's look sees the record.
+	prev, _ := record.OnClaim(h.written.Annotations)
+	confirm := ready && !written && (prev == nil || !prev.Secret.Equal(reg.Secret))
 	if !written {
 		if err := h.writeRecord(ctx, reg, map[string]*string{ipamv1alpha1.RefusedInputsAnnotation: nil}); err != nil {
 			return stop(transient(err))
+		}
+	}
+	if confirm {
+		again, err := h.Secrets.Get(ctx, reg.Secret, false)
+		switch {
+		case err != nil:
+			return stop(transient(err))
+		case !again.Ready() || again.Value != sec.Value:
+			return stop(h.awaitProtection(again))
 		}
 	}
 	if !ready {

@@ -5,8 +5,10 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
@@ -240,5 +242,34 @@ func TestARotationRolledBackByDeletingItsTargetLetsBothGo(t *testing.T) {
 		t.Errorf("the new Secret stays, being deleted")
 	}
 	_ = addr
+	w.check()
+}
+
+// TestASecretBeingLetGoIsNotRegisteredUnder: the Secret protector lets a Secret go in two
+// phases (it marks it, looks for records once more, uncached, then takes its protection
+// off). A claim that reads the mark registers nothing under the Secret, even though its
+// finalizer and fingerprint are still there, and goes on once the protector keeps it.
+func TestASecretBeingLetGoIsNotRegisteredUnder(t *testing.T) {
+	w, _ := boundUnder(t, "a", "routed", "old")
+	s := w.get(secretObj("old", "")).(*corev1.Secret)
+	s.Annotations[ipamv1alpha1.SecretLettingGoAnnotation] = "true"
+	must(t, w.direct.Update(w.ctx, s))
+	sent := w.api.Stats().Total(sim.RouteRegister)
+	w.create(claimObj("b", "routed", map[string]string{ipamv1alpha1.SecretAnnotation: "old"}))
+	for range 3 {
+		if _, err := w.claims.Reconcile(w.ctx, ctrl.Request{NamespacedName: client.ObjectKey{Namespace: "apps", Name: "b"}}); err != nil {
+			t.Logf("reconcile: %v", err)
+		}
+	}
+	if n := w.api.Stats().Total(sim.RouteRegister) - sent; n != 0 {
+		t.Fatalf("%d registrations went out under a Secret the protector is letting go", n)
+	}
+	w.settle() // the protector finds b's record, keeps the Secret, and takes the mark off
+	if w.addressOf("b") == nil {
+		t.Fatalf("b is not bound once the protector kept the Secret: %s", w.describe())
+	}
+	if _, marked := w.get(secretObj("old", "")).GetAnnotations()[ipamv1alpha1.SecretLettingGoAnnotation]; marked {
+		t.Errorf("the Secret stays marked as let go, and records name it")
+	}
 	w.check()
 }

@@ -107,15 +107,18 @@ const (
 // cacheWaitMax bounds a wait for the cache.
 const cacheWaitMax = 5 * time.Second
 
-// waitForCache waits (1 ms polls on the process's monotonic clock, at most cacheWaitMax)
+// waitForCache waits (polls from 1 ms, doubling up to 64 ms, on the process's monotonic
+// clock, at most cacheWaitMax)
 // until the cache holds the object at key as until says. obj is an empty object of the kind.
 func (h *Handler) waitForCache(ctx context.Context, obj client.Object, key types.NamespacedName, rv string, until cacheWait) error {
 	want, err := strconv.ParseUint(rv, 10, 64)
 	if err != nil {
 		want = 0 // not a number: the object being there is enough
 	}
-	clk := h.Config.Ticks()
-	for start := clk.Now(); ; clk.Sleep(time.Millisecond) {
+	clk, poll := h.Config.Ticks(), time.Duration(0)
+	for start := clk.Now(); ; poll = min(max(2*poll, time.Millisecond), 64*time.Millisecond) {
+		// A wait that lasts (an object deleted meanwhile) costs few polls.
+		clk.Sleep(poll)
 		switch err := h.Client.Get(ctx, key, obj); {
 		case apierrors.IsNotFound(err):
 			if until != untilSeen {

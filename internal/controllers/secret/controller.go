@@ -290,14 +290,36 @@ func (p *Protector) protect(ctx context.Context, req ctrl.Request) (ctrl.Result,
 	}
 	keys := named.of(sec)
 	if len(keys) == 0 && controllerutil.ContainsFinalizer(sec, ipamv1alpha1.SecretInUseFinalizer) {
-		// The cache may lag a pool or record just written: ask the API server before
-		// letting go.
+		// Letting go is two-phase: mark the Secret (claims take it for unprotected from
+		// then on), look for records once more, uncached (the cache may lag one just
+		// written), and only then take the protection off. A claim writes its record before
+		// its last read of the Secret: it reads the mark, or this look finds its record.
+		if p.Secrets != nil {
+			p.Secrets.Protected.Set(req.NamespacedName, nil) // a new record's event enqueues the Secret from now on
+		}
+		if _, marked := sec.Annotations[ipamv1alpha1.SecretLettingGoAnnotation]; !marked {
+			before := sec.DeepCopy()
+			if sec.Annotations == nil {
+				sec.Annotations = map[string]string{}
+			}
+			sec.Annotations[ipamv1alpha1.SecretLettingGoAnnotation] = "true"
+			err := p.Client.Patch(ctx, sec, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
+			switch {
+			case apierrors.IsConflict(err):
+				return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil, nil, nil
+			case apierrors.IsNotFound(err):
+				return ctrl.Result{}, nil, nil, p.list(ctx, req.NamespacedName, false)
+			case err != nil:
+				return ctrl.Result{}, nil, nil, registrar.RedactSecret(errors.Wrapf(err, "marking Secret %s", req.NamespacedName), sec, before)
+			}
+		}
 		if named, err = p.referencedKeys(ctx, req.NamespacedName, p.Reader, false); err != nil {
 			return ctrl.Result{}, nil, nil, err
 		}
 		keys = named.of(sec)
 	}
 	before := sec.DeepCopy()
+	delete(sec.Annotations, ipamv1alpha1.SecretLettingGoAnnotation) // let go below, or kept
 	fp := record.Fingerprints(sec.Annotations)
 	want := map[string]string{}
 	for _, k := range keys {
