@@ -108,6 +108,12 @@ type Faults struct {
 	// "Could not deregister service: failed to read address document: <MongoSelectionError>".
 	MongoDown bool          `json:"mongo_down,omitempty"`
 	MongoHang time.Duration `json:"-"`
+	// MongoRecovers makes a request that hangs on MongoDown go on when MongoDown is
+	// cleared within its MongoHang, as the real server's driver does when MongoDB comes
+	// back during server selection: the request is carried out late (its answer reaches a
+	// client that may have given up long before). The real server was seen registering an
+	// address 29.4 s after the request was sent, with MongoDB down for under 30 s.
+	MongoRecovers bool `json:"mongo_recovers,omitempty"`
 	// Routes restricts the per-request faults (drops, injected errors, Latency) to
 	// these routes; empty means all routes.
 	Routes []Route `json:"routes,omitempty"`
@@ -244,6 +250,7 @@ type backendState struct {
 	prefixesLoading bool
 	mongoDown       bool
 	mongoHang       time.Duration
+	mongoRecovers   bool
 }
 
 // SetFaults replaces the whole fault setting.
@@ -373,7 +380,7 @@ func (s *Server) decide(route Route) decision {
 	f := &s.faults
 	d := decision{down: f.Down, backend: backendState{
 		netboxDown: f.NetBoxDown, netboxBody: f.NetBoxBody, prefixesLoading: s.prefixesLoadingLocked(),
-		mongoDown: f.MongoDown, mongoHang: f.MongoHang,
+		mongoDown: f.MongoDown, mongoHang: f.MongoHang, mongoRecovers: f.MongoRecovers,
 	}}
 	if d.backend.netboxBody == "" {
 		d.backend.netboxBody = DefaultNetBoxBody

@@ -376,7 +376,7 @@ func TestFaultFieldsMatchTheJSONEncoding(t *testing.T) {
 	g := NewWithT(t)
 	full := sim.Faults{Latency: 1, LatencyJitter: 1, ErrorRate: 1, ErrorNext: 1, ErrorStatus: 500, ErrorBody: "x", ErrorContentType: "x",
 		DropBeforeRate: 1, DropBeforeNext: 1, DropAfterRate: 1, DropAfterNext: 1, Down: true, NetBoxDown: true, NetBoxBody: "x",
-		PrefixesLoading: true, MongoDown: true, MongoHang: 1, Routes: []sim.Route{sim.RouteRegister}}
+		PrefixesLoading: true, MongoDown: true, MongoHang: 1, MongoRecovers: true, Routes: []sim.Route{sim.RouteRegister}}
 	b, err := json.Marshal(full)
 	g.Expect(err).NotTo(HaveOccurred())
 	var m map[string]any
@@ -405,4 +405,40 @@ func TestDebugHandlerServesExactlyDebugRoutes(t *testing.T) {
 		g.Expect(rt.Doc).NotTo(BeEmpty())
 	}
 	g.Expect(serve(h, http.MethodGet, "/nothing", "").status).To(Equal(http.StatusNotFound))
+}
+
+// With MongoRecovers, a request that hangs on MongoDB down is carried out once MongoDB is
+// back within its hang: a late success, answered 200 long after a client would have given
+// up. Without it, it fails after the hang, and nothing is registered.
+func TestMongoDownThatRecoversCarriesTheRequestOutLate(t *testing.T) {
+	s := sim.New(sim.Config{})
+	if err := s.SetFaults(sim.Faults{MongoDown: true, MongoHang: 5 * time.Second, MongoRecovers: true}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan answer, 1)
+	start := time.Now()
+	go func() {
+		done <- serve(s, http.MethodPost, "/v2/address", body("0123456789", "inet", "ipv4", "", "late", 0))
+	}()
+	time.Sleep(200 * time.Millisecond)
+	if held := s.HeldBy(ref("late")); len(held) != 0 {
+		t.Fatalf("registered while MongoDB is down: %v", held)
+	}
+	s.SetMongoDown(false, 5*time.Second)
+	a := <-done
+	if a.status != http.StatusOK || len(s.HeldBy(ref("late"))) != 1 {
+		t.Fatalf("once MongoDB is back the hanging request should be carried out: %d %s, held %v", a.status, a.body, s.HeldBy(ref("late")))
+	}
+	if d := time.Since(start); d < 200*time.Millisecond || d > 4*time.Second {
+		t.Errorf("answered after %s: want once MongoDB came back", d)
+	}
+
+	// Without MongoRecovers: it fails after the hang, whatever happens meanwhile.
+	if err := s.SetFaults(sim.Faults{MongoDown: true, MongoHang: 300 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	a = serve(s, http.MethodPost, "/v2/address", body("0123456789", "inet", "ipv4", "", "never", 0))
+	if a.status != http.StatusInternalServerError || len(s.HeldBy(ref("never"))) != 0 {
+		t.Errorf("got %d %s, held %v; want 500 and nothing held", a.status, a.body, s.HeldBy(ref("never")))
+	}
 }

@@ -309,9 +309,8 @@ func (s *Server) register(r *http.Request, d decision) response {
 		sleep(latency)
 		return *bad
 	}
-	if d.backend.mongoDown {
+	if d.backend.mongoDown && !s.mongoBack(latency+d.backend.mongoHang, d.backend.mongoRecovers) {
 		// MongoDB ServiceAlreadyRegistered: server selection times out.
-		sleep(latency + d.backend.mongoHang)
 		resp := jsonResponse(http.StatusInternalServerError, prefixQueryFailed+MongoSelectionError, "")
 		resp.backend = outcomeMongoDown
 		return resp
@@ -476,9 +475,8 @@ func (s *Server) release(r *http.Request, d decision) response {
 	if bad != nil {
 		return *bad
 	}
-	if d.backend.mongoDown {
+	if d.backend.mongoDown && !s.mongoBack(d.backend.mongoHang, d.backend.mongoRecovers) {
 		// MongoDB FindOne in SetServiceExpirationOnAddress: server selection times out.
-		sleep(d.backend.mongoHang)
 		resp := jsonResponse(http.StatusNotFound, prefixDeregisterError+prefixReadFailed+MongoSelectionError, "")
 		resp.backend = outcomeMongoDown
 		return resp
@@ -553,6 +551,25 @@ func (s *Server) Run(ctx context.Context) error {
 
 // SweepInterval returns the configured sweep interval.
 func (s *Server) SweepInterval() time.Duration { return s.interval }
+
+// mongoBack waits out a request's MongoDB server selection (hang, real time) and reports
+// whether MongoDB came back meanwhile (only with recovers: Faults.MongoRecovers): then the
+// request goes on, late.
+func (s *Server) mongoBack(hang time.Duration, recovers bool) bool {
+	if !recovers {
+		sleep(hang)
+		return false
+	}
+	for deadline := time.Now().Add(hang); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		s.fmu.Lock()
+		down := s.faults.MongoDown
+		s.fmu.Unlock()
+		if !down {
+			return true
+		}
+	}
+	return false
+}
 
 // sleep is the injected latency, in real time and not cancelled by the client going
 // away: the real server finishes its NetBox and MongoDB calls regardless.
