@@ -2,6 +2,7 @@ package claim_test
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -270,6 +271,45 @@ func TestASecretBeingLetGoIsNotRegisteredUnder(t *testing.T) {
 	}
 	if _, marked := w.get(secretObj("old", "")).GetAnnotations()[ipamv1alpha1.SecretLettingGoAnnotation]; marked {
 		t.Errorf("the Secret stays marked as let go, and records name it")
+	}
+	w.check()
+}
+
+// TestASubnetClaimOfTheSameNameDoesNotTakeItsRetainedAddress: a subnet-mode claim released
+// with retention comes back under the same name. Its candidate, the retained address, is
+// "updated" (nothing tells its own retained hold from someone else's), so it takes the next
+// address, and the retained one stays retained, as the Released event says.
+func TestASubnetClaimOfTheSameNameDoesNotTakeItsRetainedAddress(t *testing.T) {
+	w, addr := boundUnder(t, "n", "subnet", "old")
+	c := w.get(claimObj("n", "", nil)).(*ipamv1.IPAddressClaim)
+	c.Annotations[ipamv1alpha1.RetentionPeriodDaysAnnotation] = "7"
+	must(t, w.direct.Update(w.ctx, c))
+	w.settle()
+	w.drainEvents()
+	w.deleteClaims("n")
+	w.settle()
+	said := false
+	for _, e := range w.drainEvents() {
+		said = said || strings.Contains(e, "does not give it back to a claim of the same name")
+	}
+	if !said {
+		t.Errorf("the Released event of a subnet-mode claim does not say that the address is not given back")
+	}
+	w.create(claimObj("n", "subnet", map[string]string{ipamv1alpha1.SecretAnnotation: "old", ipamv1alpha1.RetentionPeriodDaysAnnotation: "7"}))
+	w.settle()
+	again := w.addressOf("n")
+	if again == nil || again.Spec.Address == addr.Spec.Address {
+		t.Fatalf("the claim of the same name is bound to %v, want another address than the retained %s", again, addr.Spec.Address)
+	}
+	retained := false
+	for _, r := range w.api.Registrations() {
+		for _, h := range r.Holders {
+			retained = retained || r.Address == addr.Spec.Address+"/32" && h.ServiceName == "n" && h.ExpiresAt != nil &&
+				time.Until(*h.ExpiresAt) > 6*24*time.Hour
+		}
+	}
+	if !retained {
+		t.Errorf("%s is no longer retained for 7 days: %v", addr.Spec.Address, w.api.Registrations())
 	}
 	w.check()
 }

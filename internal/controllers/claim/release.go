@@ -127,7 +127,13 @@ func (h *Handler) release(ctx context.Context) outcome {
 		return h.released(ctx, reg, "The IPAM-API did not hold the address (any more): nothing to release")
 	}
 	o := h.released(ctx, reg, "Released address in the IPAM-API", "retentionPeriodDays", reg.RetentionPeriodDays)
-	if reg.RetentionPeriodDays > 0 {
+	switch {
+	case reg.RetentionPeriodDays > 0 && h.pool != nil && h.pool.PoolSpec().Subnet != "":
+		o = o.note(corev1.EventTypeNormal, ipamv1alpha1.EventReleasedReason, actionRelease, fmt.Sprintf("Released %s in zone %s; the IPAM-API keeps it "+
+			"for this identity for %d days and allocates it to no one else. A subnet-mode pool does not give it back to a claim of the "+
+			"same name: that claim takes the next free address of the subnet, and %s is free once the retention ends", reg.Address, reg.Zone,
+			reg.RetentionPeriodDays, reg.Address))
+	case reg.RetentionPeriodDays > 0:
 		// The address is not free yet: say for how long the IPAM-API keeps it.
 		o = o.note(corev1.EventTypeNormal, ipamv1alpha1.EventReleasedReason, actionRelease, fmt.Sprintf("Released %s in zone %s; the IPAM-API keeps it "+
 			"for this identity for %d days: a claim with the same identity gets it back, and the IPAM-API allocates it to no one "+

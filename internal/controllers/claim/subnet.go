@@ -200,8 +200,11 @@ func (h *Handler) decline(ctx context.Context, api ipamapi.Client, sec *registra
 			return transient(err)
 		}
 	}
+	// Given back with the claim's retention: a hold this identity had retained from an
+	// earlier claim of the same name stays retained (subnet mode does not return retained
+	// addresses: an "updated" candidate cannot tell that hold from someone else's), and is
+	// free once the retention ends.
 	req := reg.Request(sec.Value)
-	req.RetentionPeriodDays = 0
 	if _, err := api.Release(ctx, req); err != nil && !ipamapi.IsNotHeld(err) {
 		return failed(ipamv1.IPAddressClaimReadyAllocationFailedReason, fmt.Sprintf("giving back %s, which someone else holds, failed: %v; "+
 			"retrying with back-off", reg.Address, err))
