@@ -218,7 +218,7 @@ test: verify-gen verify-tidy verify-imports vet lint test-assets e2e-assets rele
 	@echo "Testing on Kubernetes $(KUBE_VERSION) (etcd $(ETCD_VERSION))"
 	@$(PROGRESS) "Running the unit, envtest and other suites with -race (~5 min; a line per package as it ends)" -- \
 		$(GO_TEST) $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) $(GO_PACKAGES_BUT_E2E)
-	@$(PROGRESS) "Running the seeded simulation (~1 min)" -- $(SIM_TEST)
+	@$(PROGRESS) "Running the seeded simulation (40 seeds, ~1 min)" -- $(SIM_TEST)
 	@$(PROGRESS) "Running the end-to-end suite (~6 min)" -- $(GO_TEST) $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) ./test/e2e/
 
 .PHONY: test-kube
@@ -259,7 +259,7 @@ fuzz: ## Fuzz every parser of outside input for FUZZTIME each (default 30s); mak
 	@hack/fuzz.sh $(FUZZTIME)
 
 CHAOS_FUZZTIME ?= 30s
-# How many seeds make test-chaos runs through the simulation (make test: its fixed 20).
+# How many seeds make test-chaos runs through the simulation (make test: its fixed 40).
 CHAOS_SIM_SEEDS ?= 500
 # The commit the chaos table is measured on ("-dirty" when the work tree has changes).
 CHAOS_COMMIT = $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD 2>/dev/null || echo -dirty)

@@ -22,7 +22,7 @@ func tailLines() int {
 }
 
 // ciSeeds is how many seeds go test runs (SIM_SEEDS runs more, SIM_SEED one).
-const ciSeeds = 20
+const ciSeeds = 40
 
 // knownOpen are seeds of the CI set that find a defect not fixed yet: they are run and
 // reported as skipped, with the defect, until the fix lands (then the entry goes).
