@@ -33,6 +33,7 @@ var globalPools = []struct {
 }{
 	{"inet-a", "inet", ipamv1alpha1.IPv4},
 	{"inet-b", "inet", ipamv1alpha1.IPv4},
+	{"inet-c", "inet", ipamv1alpha1.IPv4},
 	{"inet-v6", "inet", ipamv1alpha1.IPv6},
 	{"private", "hnet-private", ipamv1alpha1.IPv4},
 }
@@ -295,7 +296,7 @@ func (w *world) createService() string {
 		Annotations: map[string]string{ipamv1alpha1.ZoneAnnotation: "inet"}},
 		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}}}}
 	if w.s.chance(0.5) {
-		svc.Annotations[ipamv1alpha1.PoolAnnotation] = []string{"inet-a", "inet-b"}[w.s.pick(2)]
+		svc.Annotations[ipamv1alpha1.PoolAnnotation] = []string{"inet-a", "inet-b", "inet-c"}[w.s.pick(3)]
 	}
 	if w.s.chance(0.3) {
 		svc.Annotations[ipamv1alpha1.SecretAnnotation] = "svc"
@@ -325,8 +326,8 @@ func (w *world) deleteService() string {
 	return "deletes Service " + s.Namespace + "/" + s.Name
 }
 
-// moveService sets a Service's pool annotation to the other pool of its zone and
-// family (or back): a move with the same IPAM-API identity.
+// moveService sets a Service's pool annotation to another of the three pools of its zone
+// and family (or back): a move with the same IPAM-API identity.
 func (w *world) moveService() string {
 	ss := w.services()
 	if len(ss) == 0 {
@@ -334,10 +335,8 @@ func (w *world) moveService() string {
 	}
 	old := ss[w.s.pick(len(ss))]
 	svc := old.DeepCopy()
-	to := "inet-a"
-	if svc.Annotations[ipamv1alpha1.PoolAnnotation] != "inet-b" {
-		to = "inet-b"
-	}
+	others := slices.DeleteFunc([]string{"inet-a", "inet-b", "inet-c"}, func(p string) bool { return p == svc.Annotations[ipamv1alpha1.PoolAnnotation] })
+	to := others[w.s.pick(len(others))]
 	svc.Annotations[ipamv1alpha1.PoolAnnotation] = to
 	if _, err := w.serviceWebhook().ValidateUpdate(context.Background(), &old, svc); err != nil {
 		w.s.log("user: the Service webhook refuses moving %s: %v", svc.Name, shorten(err.Error()))
