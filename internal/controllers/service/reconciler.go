@@ -206,8 +206,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 	}
 	// Families no longer asked for lose their claims.
-	for fam, cs := range claims {
-		if !slices.Contains(spec.Families, fam) {
+	for _, fam := range slices.Sorted(maps.Keys(claims)) { // in one order, run after run
+		if cs := claims[fam]; !slices.Contains(spec.Families, fam) {
 			if err := r.deleteClaims(ctx, cs); err != nil {
 				return ctrl.Result{}, err
 			}
@@ -250,7 +250,8 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, svc *corev1.Service) e
 		return err
 	}
 	remaining := 0
-	for _, cs := range claims {
+	for _, fam := range slices.Sorted(maps.Keys(claims)) {
+		cs := claims[fam]
 		remaining += len(cs)
 		if err := r.deleteClaims(ctx, cs); err != nil {
 			return err
