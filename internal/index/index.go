@@ -278,11 +278,7 @@ var indexers = []indexer{
 // CABundleValue is the ClaimCABundle and AddressCABundle value of a CA bundle: its kind
 // (ConfigMap unless Secret), namespace and name.
 func CABundleValue(ref record.ObjectRef) string {
-	kind := "ConfigMap"
-	if ref.Kind == "Secret" {
-		kind = "Secret"
-	}
-	return kind + "/" + ref.Namespace + "/" + ref.Name
+	return ref.BundleKind() + "/" + ref.Namespace + "/" + ref.Name
 }
 
 // Setup registers the field indexes on the manager's cache.

@@ -48,6 +48,15 @@ func (r ObjectRef) String() string {
 // IsZero reports whether r names nothing.
 func (r ObjectRef) IsZero() bool { return r.Name == "" }
 
+// BundleKind is the kind of the object a CA bundle reference names: Secret, else ConfigMap
+// (the default of spec.caBundleRef.kind).
+func (r ObjectRef) BundleKind() string {
+	if r.Kind == "Secret" {
+		return "Secret"
+	}
+	return "ConfigMap"
+}
+
 // ObjectKey is the namespace and name of the object r points at.
 func (r ObjectRef) ObjectKey() types.NamespacedName {
 	return types.NamespacedName{Namespace: r.Namespace, Name: r.Name}

@@ -68,6 +68,15 @@ func (c Config) Ticks() clock.Clock {
 	return clock.RealClock{}
 }
 
+// OrHost is clk, else (nil) the host's clock: the zero value of a type with a clock field
+// runs on the host's.
+func OrHost(clk clock.PassiveClock) clock.PassiveClock {
+	if clk == nil {
+		return clock.RealClock{}
+	}
+	return clk
+}
+
 // ClientFactory gives the IPAM-API client for an endpoint and CA bundle.
 type ClientFactory interface {
 	For(endpoint string, caBundle []byte) (ipamapi.Client, error)

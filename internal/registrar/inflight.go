@@ -366,10 +366,7 @@ func (f *InFlight) Pending() map[string]metrics.Pending {
 // monotonic is the time since the first call, on the process's monotonic clock, which
 // no change of the wall clock moves. Callers hold mu.
 func (f *InFlight) monotonic() time.Duration {
-	var clk clock.PassiveClock = clock.RealClock{}
-	if f.Monotonic != nil {
-		clk = f.Monotonic
-	}
+	clk := OrHost(f.Monotonic)
 	if f.origin.IsZero() {
 		f.origin = clk.Now()
 	}

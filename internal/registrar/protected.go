@@ -51,10 +51,7 @@ func (p *Protected) Has(ref record.ObjectRef) bool {
 func (p *Protected) AskFor(secret types.NamespacedName) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	var clk clock.PassiveClock = clock.RealClock{}
-	if p.Clock != nil {
-		clk = p.Clock
-	}
+	clk := OrHost(p.Clock)
 	if p.Ask == nil || clk.Since(p.asked[secret]) < askAgain || !p.Ask.Add(secret) {
 		return
 	}

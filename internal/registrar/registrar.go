@@ -145,20 +145,13 @@ func (r *Registrar) api(ctx context.Context, reg *record.Registration, protected
 	}
 	if protected && !ok {
 		return nil, errors.Wrapf(ErrCABundleNotProtected, "waiting for %s %s/%s to be protected (finalizer %s) before anything is registered through it",
-			orConfigMap(reg.CABundle.Kind), reg.CABundle.Namespace, reg.CABundle.Name, ipamv1alpha1.CABundleInUseFinalizer)
+			reg.CABundle.BundleKind(), reg.CABundle.Namespace, reg.CABundle.Name, ipamv1alpha1.CABundleInUseFinalizer)
 	}
 	api, err := r.Clients.For(reg.Endpoint, ca)
 	if err != nil {
 		return nil, &ConfigError{Msg: fmt.Sprintf("IPAM-API endpoint %s: %v", reg.Endpoint, err)}
 	}
 	return api, nil
-}
-
-func orConfigMap(kind string) string {
-	if kind == "Secret" {
-		return kind
-	}
-	return "ConfigMap"
 }
 
 // ClusterID is the cluster_id when neither claim nor pool nor flag gives one: the UID

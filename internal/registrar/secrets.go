@@ -206,7 +206,7 @@ func (s *Secrets) caBundle(ctx context.Context, ref record.ObjectRef) ([]byte, b
 	key := ref.ObjectKey()
 	var data map[string][]byte
 	var obj client.Object
-	if ref.Kind == "Secret" {
+	if ref.BundleKind() == "Secret" {
 		sec := &corev1.Secret{}
 		if err := s.Reader.Get(ctx, key, sec); err != nil {
 			return nil, false, errors.Wrapf(err, "reading CA bundle Secret %s", key)

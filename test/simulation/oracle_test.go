@@ -31,8 +31,9 @@ import (
 // it, no IPAddress without its bound claim.
 
 // safety lists what breaks the promise at a quiet point.
-func (w *world) safety() []string {
-	a := w.account()
+func (w *world) safety() []string { return w.safetyOf(w.account()) }
+
+func (w *world) safetyOf(a chaos.Accounts) []string {
 	out := prefixed("leaked", a.Leaked)
 	out = append(out, prefixed("mismatched", a.Mismatched)...)
 	out = append(out, w.boundTwiceOrFree()...)
@@ -42,7 +43,7 @@ func (w *world) safety() []string {
 // settledProblems lists what a settled cluster must not have.
 func (w *world) settledProblems() []string {
 	a := w.account()
-	out := w.safety()
+	out := w.safetyOf(a)
 	out = append(out, prefixed("orphaned", a.Orphaned)...)
 	out = append(out, prefixed("protections", a.Protections)...)
 	out = append(out, w.caBundleProtection()...)

@@ -216,8 +216,8 @@ func (c *simClock) NewTicker(time.Duration) clock.Ticker {
 	panic("simClock.NewTicker is not simulated")
 }
 
-// timers is every moment something is due: a sleeping task's wake-up, a queued item's
-// delay, a held request's landing.
+// sortedTimes sorts the moments something is due (a sleeping task's wake-up, a queued
+// item's delay, a held request's landing), earliest first.
 func sortedTimes(ts []time.Time) []time.Time {
 	sort.Slice(ts, func(i, j int) bool { return ts[i].Before(ts[j]) })
 	return ts

@@ -24,10 +24,6 @@ func tailLines() int {
 // ciSeeds is how many seeds go test runs (SIM_SEEDS runs more, SIM_SEED one).
 const ciSeeds = 40
 
-// knownOpen are seeds of the CI set that find a defect not fixed yet: they are run and
-// reported as skipped, with the defect, until the fix lands (then the entry goes).
-var knownOpen = map[uint64]string{}
-
 // TestSimulation runs the seeded simulation of every controller: for each seed, a run of
 // user actions and faults with the oracle at every quiet point, then calm until
 // everything settles. Each seed is a subtest; the last line counts them.
@@ -37,12 +33,7 @@ func TestSimulation(t *testing.T) {
 	for _, seed := range list {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			w := newWorld(t, seed, defaultBudget)
-			f := w.run()
-			if why, open := knownOpen[seed]; open && os.Getenv("SIM_SEED") == "" && f != "" {
-				failed = append(failed, seed)
-				t.Skipf("known open defect (%s): %s", why, strings.SplitN(f, "\n", 2)[0])
-			}
-			if f != "" {
+			if f := w.run(); f != "" {
 				failed = append(failed, seed)
 				t.Errorf("seed %d fails after %d steps (replay: SIM_SEED=%d go test ./test/simulation -run 'TestSimulation$' -v):\n%s\n\nlast steps:\n%s\n\nstate:\n%s",
 					seed, w.s.seen, seed, f, strings.Join(w.s.tail(tailLines()), "\n"), w.describe())

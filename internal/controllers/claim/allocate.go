@@ -57,7 +57,7 @@ func (h *Handler) allocate(ctx context.Context, address *ipamv1.IPAddress) outco
 		if subnetMode && reg.Address == "" {
 			return lostAddress(reg, "its IPAddress was lost, and its record names no address").final()
 		}
-		if err := h.settleRotation(ctx, reg, reg.RotatingTo); err != nil {
+		if err := h.settleRotation(ctx, reg, reg.RotatingTo, false); err != nil {
 			return transient(err)
 		}
 		reg.RotatingTo = record.ObjectRef{}

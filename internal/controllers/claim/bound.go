@@ -239,7 +239,7 @@ func (h *Handler) rotated(done outcome, rec *record.Registration, old record.Obj
 // the IPAddress takes the new owner, or the intent goes. finished: the claim may go on with rec.
 func (h *Handler) finishRotation(ctx context.Context, address *ipamv1.IPAddress, rec, cur *record.Registration) (outcome, bool) {
 	old := rec.Secret
-	if err := h.settleRotation(ctx, rec, cur.RotatingTo); err != nil {
+	if err := h.settleRotation(ctx, rec, cur.RotatingTo, false); err != nil {
 		return transient(err), false
 	}
 	if !rec.Secret.Equal(old) {
@@ -255,18 +255,9 @@ func (h *Handler) finishRotation(ctx context.Context, address *ipamv1.IPAddress,
 // settleRotation settles a rotation of reg's address to the secret to that a record says was
 // under way (none: to is zero): reg takes the secret that owns the address now. Used where
 // the IPAddress cannot show the outcome: it was lost, or the claim is being released.
-func (h *Handler) settleRotation(ctx context.Context, reg *record.Registration, to record.ObjectRef) error {
-	return h.settle(ctx, reg, to, false)
-}
-
-// settleForRelease is settleRotation for a claim being released: a target Secret being
-// deleted (a user rolling the rotation back) is asked all the same, or claim and Secret
-// would wait for each other for ever.
-func (h *Handler) settleForRelease(ctx context.Context, reg *record.Registration, to record.ObjectRef) error {
-	return h.settle(ctx, reg, to, true)
-}
-
-func (h *Handler) settle(ctx context.Context, reg *record.Registration, to record.ObjectRef, releasing bool) error {
+// Releasing, a target Secret being deleted (a user rolling the rotation back) is asked all
+// the same, or claim and Secret would wait for each other for ever.
+func (h *Handler) settleRotation(ctx context.Context, reg *record.Registration, to record.ObjectRef, releasing bool) error {
 	if to.IsZero() || to.Equal(reg.Secret) || reg.Address == "" { // an intent always names its address
 		return nil
 	}

@@ -225,7 +225,7 @@ func TestARestartDuringAMoveWaitsOutTheOldClaimsRequest(t *testing.T) {
 // address, the one being deleted included, releases it under the old one, and both the
 // claim and the new Secret go.
 func TestARotationRolledBackByDeletingItsTargetLetsBothGo(t *testing.T) {
-	w, addr := boundUnder(t, "r", "routed", "old")
+	w, _ := boundUnder(t, "r", "routed", "old")
 	c := w.get(claimObj("r", "", nil)).(*ipamv1.IPAddressClaim)
 	c.Annotations[ipamv1alpha1.SecretAnnotation] = "new"
 	must(t, w.direct.Update(w.ctx, c))
@@ -242,7 +242,6 @@ func TestARotationRolledBackByDeletingItsTargetLetsBothGo(t *testing.T) {
 	if err := w.direct.Get(w.ctx, client.ObjectKey{Namespace: "apps", Name: "new"}, secretObj("", "")); err == nil {
 		t.Errorf("the new Secret stays, being deleted")
 	}
-	_ = addr
 	w.check()
 }
 

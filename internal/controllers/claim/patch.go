@@ -107,9 +107,9 @@ const (
 // cacheWaitMax bounds a wait for the cache.
 const cacheWaitMax = 5 * time.Second
 
-// waitForCache waits (polls from 1 ms, doubling up to 64 ms, on the process's monotonic
-// clock, at most cacheWaitMax)
-// until the cache holds the object at key as until says. obj is an empty object of the kind.
+// waitForCache waits until the cache holds the object at key as until says, polling from
+// 1 ms, doubling up to 64 ms, on the process's monotonic clock, for cacheWaitMax at most.
+// obj is an empty object of the kind.
 func (h *Handler) waitForCache(ctx context.Context, obj client.Object, key types.NamespacedName, rv string, until cacheWait) error {
 	want, err := strconv.ParseUint(rv, 10, 64)
 	if err != nil {

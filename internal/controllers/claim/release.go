@@ -46,7 +46,7 @@ func (h *Handler) release(ctx context.Context) outcome {
 		return outcome{}
 	}
 	if cur, _ := record.OnClaim(h.claim.Annotations); cur != nil && reg.Phase == record.PhaseRegistered {
-		if err := h.settleForRelease(ctx, reg, cur.RotatingTo); err != nil {
+		if err := h.settleRotation(ctx, reg, cur.RotatingTo, true); err != nil {
 			return releaseFailed(err.Error())
 		}
 	}

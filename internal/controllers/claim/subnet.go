@@ -124,15 +124,6 @@ func (s *subnetState) window() time.Duration {
 	return s.recheck
 }
 
-func (s *subnetState) now() time.Time {
-	if s.clock == nil {
-		return time.Now()
-	}
-	return s.clock.Now()
-}
-
-func (s *subnetState) since(t time.Time) time.Duration { return s.now().Sub(t) }
-
 func (s *subnetState) markTaken(key string, a netip.Addr) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -143,11 +134,11 @@ func (s *subnetState) markTaken(key string, a netip.Addr) {
 		s.takenAt[key] = map[netip.Addr]time.Time{}
 	}
 	for b, t := range s.takenAt[key] { // prune what is no longer skipped
-		if s.since(t) >= s.window() {
+		if registrar.OrHost(s.clock).Since(t) >= s.window() {
 			delete(s.takenAt[key], b)
 		}
 	}
-	s.takenAt[key][a] = s.now()
+	s.takenAt[key][a] = registrar.OrHost(s.clock).Now()
 }
 
 // next is the lowest usable address of the pool that no object names, that is not skipped
@@ -158,7 +149,7 @@ func (s *subnetState) next(plan *subnet.Plan, key, pool string, skip map[netip.A
 	used := s.used[pool]
 	return plan.Next(func(a netip.Addr) bool {
 		t, taken := s.takenAt[key][a]
-		return used[a] > 0 || skip[a] || taken && s.since(t) < s.window()
+		return used[a] > 0 || skip[a] || taken && registrar.OrHost(s.clock).Since(t) < s.window()
 	})
 }
 

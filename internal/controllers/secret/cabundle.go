@@ -122,9 +122,7 @@ func poolBundle(p ipamv1alpha1.Pool) []record.ObjectRef {
 }
 
 func bundleRequest(ref record.ObjectRef) reconcile.Request {
-	v := index.CABundleValue(ref) // Kind/namespace/name
-	kind, _, _ := strings.Cut(v, "/")
-	return reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ref.Namespace, Name: kind + "/" + ref.Name}}
+	return reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ref.Namespace, Name: ref.BundleKind() + "/" + ref.Name}}
 }
 
 // Reconcile protects a CA bundle while a registration names it, and lets it go when none

@@ -303,14 +303,8 @@ func (p *Protector) protect(ctx context.Context, req ctrl.Request) (ctrl.Result,
 				sec.Annotations = map[string]string{}
 			}
 			sec.Annotations[ipamv1alpha1.SecretLettingGoAnnotation] = "true"
-			err := p.Client.Patch(ctx, sec, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
-			switch {
-			case apierrors.IsConflict(err):
-				return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil, nil, nil
-			case apierrors.IsNotFound(err):
-				return ctrl.Result{}, nil, nil, p.list(ctx, req.NamespacedName, false)
-			case err != nil:
-				return ctrl.Result{}, nil, nil, registrar.RedactSecret(errors.Wrapf(err, "marking Secret %s", req.NamespacedName), sec, before)
+			if res, done, err := p.patch(ctx, req.NamespacedName, sec, before, ctrl.Result{}, "marking"); done {
+				return res, nil, nil, err
 			}
 		}
 		if named, err = p.referencedKeys(ctx, req.NamespacedName, p.Reader, false); err != nil {
@@ -350,23 +344,8 @@ func (p *Protector) protect(ctx context.Context, req ctrl.Request) (ctrl.Result,
 		}
 	}
 	if !maps.Equal(before.Annotations, sec.Annotations) || !slices.Equal(before.Finalizers, sec.Finalizers) {
-		err = p.Client.Patch(ctx, sec, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
-		if apierrors.IsConflict(err) {
-			return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil, nil, nil
-		}
-		if apierrors.IsNotFound(err) {
-			return res, nil, nil, p.list(ctx, req.NamespacedName, false)
-		}
-		if err != nil {
-			// A webhook's refusal may quote the Secret, new and old: its values and
-			// fingerprints are cut out, as this error reaches the log and the waiting
-			// claims' conditions. Admission comes before the optimistic lock's check, so
-			// the Secret may have changed since it was read: its values now are cut too.
-			now := &corev1.Secret{}
-			if p.Reader.Get(ctx, req.NamespacedName, now) != nil {
-				now = nil
-			}
-			return res, nil, nil, registrar.RedactSecret(errors.Wrapf(err, "protecting Secret %s", req.NamespacedName), sec, before, now)
+		if res, done, err := p.patch(ctx, req.NamespacedName, sec, before, res, "protecting"); done {
+			return res, nil, nil, err
 		}
 	}
 	if len(keys) == 0 {
@@ -382,6 +361,30 @@ func (p *Protector) protect(ctx context.Context, req ctrl.Request) (ctrl.Result,
 		}
 	}
 	return res, sec, ready, nil
+}
+
+// patch writes the Secret's protection (sec, read as before), locked to the version read.
+// done: the reconcile ends here with res and err (a conflict comes back soon; a Secret gone
+// is unlisted). A webhook's refusal may quote the Secret, new and old: its values and
+// fingerprints are cut out, as the error reaches the log and the waiting claims'
+// conditions. Admission comes before the optimistic lock's check, so the Secret may have
+// changed since it was read: its values now are cut too.
+func (p *Protector) patch(ctx context.Context, key types.NamespacedName, sec, before *corev1.Secret, res ctrl.Result, doing string) (
+	ctrl.Result, bool, error) {
+	err := p.Client.Patch(ctx, sec, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
+	switch {
+	case err == nil:
+		return res, false, nil
+	case apierrors.IsConflict(err):
+		return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, true, nil
+	case apierrors.IsNotFound(err):
+		return res, true, p.list(ctx, key, false)
+	}
+	now := &corev1.Secret{}
+	if p.Reader.Get(ctx, key, now) != nil {
+		now = nil
+	}
+	return res, true, registrar.RedactSecret(errors.Wrapf(err, "%s Secret %s", doing, key), sec, before, now)
 }
 
 // resync is the result of a reconcile that looks at the Secret again after the resync
