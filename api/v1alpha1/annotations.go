@@ -99,6 +99,11 @@ const (
 	RegisteredRetentionPeriodDaysAnnotation = annotationPrefix + "registered-retention-period-days"
 	// RegisteredDenyExternalCleanupAnnotation is the deny_external_cleanup sent with it.
 	RegisteredDenyExternalCleanupAnnotation = annotationPrefix + "registered-deny-external-cleanup"
+	// RegisteredAttemptAnnotation is when the request whose answer the record shows was sent
+	// (RFC 3339). A later attempt recorded on the claim has no answer on record: a bound claim's
+	// re-registration or rotation after a crash or a lost answer, waited out before anything
+	// else is sent for the identity or it is released.
+	RegisteredAttemptAnnotation = annotationPrefix + "registered-attempt"
 
 	// RegistrationAnnotation on a claim holds, as JSON, the claim's registration in the
 	// IPAM-API: written before the first request is sent (so a restart finds it), and

@@ -93,10 +93,10 @@ vitistack_ipam_pool_addresses_capacity{pool="nodes",pool_kind="GlobalVitistackIP
 # TYPE vitistack_ipam_pool_info gauge
 vitistack_ipam_pool_info{ip_family="IPv4",mode="routed",pool="routed",pool_kind="VitistackIPPool",pool_namespace="apps",zone="inet"} 1
 vitistack_ipam_pool_info{ip_family="IPv4",mode="subnet",pool="nodes",pool_kind="GlobalVitistackIPPool",pool_namespace="",zone="hnet-private"} 1
-# HELP vitistack_ipam_api_registrations_in_flight Registrations sent to the IPAM-API and not answered yet, by IPAM-API host.
+# HELP vitistack_ipam_api_registrations_in_flight Registrations and releases sent to the IPAM-API and not answered yet, by IPAM-API host.
 # TYPE vitistack_ipam_api_registrations_in_flight gauge
 vitistack_ipam_api_registrations_in_flight{host="ipam.example:443"} 2
-# HELP vitistack_ipam_api_registrations_quarantined Identities whose last registration ended without an answer, held back until it has certainly ended, by IPAM-API host.
+# HELP vitistack_ipam_api_registrations_quarantined Identities whose last registration or release ended without an answer, held back until it has certainly ended, by IPAM-API host.
 # TYPE vitistack_ipam_api_registrations_quarantined gauge
 vitistack_ipam_api_registrations_quarantined{host="ipam.example:443"} 1
 `

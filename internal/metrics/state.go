@@ -56,9 +56,9 @@ var (
 	oldestWaiting = desc("vitistack_ipam_claim_oldest_waiting_seconds",
 		"Age of the pool's oldest claim that is waiting (not bound, not deleted); pools without one have none.", poolLabels...)
 	inFlight = desc("vitistack_ipam_api_registrations_in_flight",
-		"Registrations sent to the IPAM-API and not answered yet, by IPAM-API host.", "host")
+		"Registrations and releases sent to the IPAM-API and not answered yet, by IPAM-API host.", "host")
 	quarantined = desc("vitistack_ipam_api_registrations_quarantined",
-		"Identities whose last registration ended without an answer, held back until it has certainly ended, by IPAM-API host.", "host")
+		"Identities whose last registration or release ended without an answer, held back until it has certainly ended, by IPAM-API host.", "host")
 )
 
 // state is the collector of the metrics computed at each scrape.

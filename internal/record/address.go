@@ -2,6 +2,7 @@ package record
 
 import (
 	"strconv"
+	"time"
 
 	"github.com/pkg/errors"
 
@@ -24,6 +25,11 @@ func (r *Registration) WriteTo(labels, annotations map[string]string) {
 	annotations[ipamv1alpha1.RegisteredSecretRefAnnotation] = r.Secret.String()
 	annotations[ipamv1alpha1.RegisteredRetentionPeriodDaysAnnotation] = strconv.Itoa(r.RetentionPeriodDays)
 	annotations[ipamv1alpha1.RegisteredDenyExternalCleanupAnnotation] = strconv.FormatBool(r.DenyExternalCleanup)
+	if r.Attempt.IsZero() {
+		delete(annotations, ipamv1alpha1.RegisteredAttemptAnnotation)
+	} else {
+		annotations[ipamv1alpha1.RegisteredAttemptAnnotation] = r.Attempt.UTC().Format(time.RFC3339Nano)
+	}
 }
 
 // OnAddress reads the registration recorded on an IPAddress; nil if there is none.
@@ -55,6 +61,11 @@ func OnAddress(labels, annotations map[string]string) (*Registration, error) {
 	if v := annotations[ipamv1alpha1.RegisteredRetentionPeriodDaysAnnotation]; v != "" {
 		if r.RetentionPeriodDays, err = strconv.Atoi(v); err != nil {
 			return nil, errors.Wrapf(err, "annotation %s", ipamv1alpha1.RegisteredRetentionPeriodDaysAnnotation)
+		}
+	}
+	if v := annotations[ipamv1alpha1.RegisteredAttemptAnnotation]; v != "" {
+		if r.Attempt, err = time.Parse(time.RFC3339Nano, v); err != nil {
+			return nil, errors.Wrapf(err, "annotation %s", ipamv1alpha1.RegisteredAttemptAnnotation)
 		}
 	}
 	if r.Endpoint == "" || r.Zone == "" || r.Family == "" || r.Secret.Name == "" ||

@@ -23,13 +23,16 @@ import (
 // identity and by address in a zone. Per key it keeps
 //   - the claims holding it (Reserve, until Forget), so two claims never use one identity or
 //     address, even before the cache shows the other's record;
-//   - its last registration request: whose, its attempt time, whether it is out or answered,
-//     and until when it is busy. While a request is out, or an unanswered one may still be
-//     carried out, no other goes under the key: the IPAM-API does not serialise them, and
-//     simultaneous first registrations of one identity each allocate an address.
+//   - its last request (a registration or a release): whose, its attempt time, whether it is
+//     out or answered, and until when it is busy. While a request is out, or an unanswered one
+//     may still be carried out, no other goes under the key: the IPAM-API does not serialise
+//     them, simultaneous first registrations of one identity each allocate an address, and a
+//     release carried out late frees what was registered since.
 //
-// Across processes, the attempt time on the claim's record guards: a request this process did
-// not see answered is waited out from it (MayStillBeInFlight).
+// Across processes, the attempt time on the claim's record guards a registration: one this
+// process did not see answered is waited out from it (MayStillBeInFlight). Releases are
+// recorded nowhere: a claim this process did not see live may have had one sent by the
+// process before it, waited out for the first quarantine (MayStillBeReleasing).
 type InFlight struct {
 	// Reader tells whether a claim still exists.
 	Reader client.Reader
@@ -47,6 +50,9 @@ type InFlight struct {
 	// pruning left, at least minPruneAbove, so a burst prunes once per doubling, not per request.
 	pruneAbove int
 	origin     time.Time
+	// alive is the claims seen live (SawAlive) in the first quarantine after the table was
+	// first used; nil after it.
+	alive map[types.UID]struct{}
 }
 
 // minPruneAbove is the fewest slots kept before old ones are pruned.
@@ -223,18 +229,29 @@ func (f *InFlight) prune() {
 // request under its identity or address is busy: then it fails at once with a transient error,
 // sending nothing. A request without an answer keeps both keys busy for the quarantine.
 func (f *InFlight) Register(ctx context.Context, api ipamapi.Client, uid types.UID, reg *record.Registration, req ipamapi.Request) (*ipamapi.Response, error) {
+	return f.send(ctx, "register", uid, reg, req, api.Register)
+}
+
+// Release sends req, a release under reg by the claim uid, as Register sends a registration: a
+// release carried out late would free an address registered again meanwhile.
+func (f *InFlight) Release(ctx context.Context, api ipamapi.Client, uid types.UID, reg *record.Registration, req ipamapi.Request) (*ipamapi.Response, error) {
+	return f.send(ctx, "release", uid, reg, req, api.Release)
+}
+
+func (f *InFlight) send(ctx context.Context, op string, uid types.UID, reg *record.Registration, req ipamapi.Request,
+	call func(context.Context, ipamapi.Request) (*ipamapi.Response, error)) (*ipamapi.Response, error) {
 	keys := keysOf(reg, req.Address)
 	f.mu.Lock()
 	mono := f.monotonic()
 	for _, key := range keys {
 		if s := f.slots[key]; s != nil && s.busy(mono) {
-			msg := "an earlier registration for this identity or address is still in flight"
+			msg := "an earlier request for this identity or address is still in flight"
 			if !s.out {
-				msg = "an earlier registration for this identity or address ended without an answer; waiting until " +
+				msg = "an earlier request for this identity or address ended without an answer; waiting until " +
 					f.Now().Add(s.left(mono)).UTC().Format(time.RFC3339) + " before sending another"
 			}
 			f.mu.Unlock()
-			return nil, &ipamapi.Error{Op: "register", Class: ipamapi.ClassTransient, Message: msg, NotSent: true}
+			return nil, &ipamapi.Error{Op: op, Class: ipamapi.ClassTransient, Message: msg, NotSent: true}
 		}
 	}
 	for _, key := range keys {
@@ -245,7 +262,7 @@ func (f *InFlight) Register(ctx context.Context, api ipamapi.Client, uid types.U
 
 	lost := true // a call that panics counts as one whose answer was lost
 	defer func() { f.ended(keys, lost) }()
-	res, err := api.Register(ctx, req)
+	res, err := call(ctx, req)
 	var e *ipamapi.Error
 	lost = errors.As(err, &e) && e.Unknown
 	return res, err
@@ -279,7 +296,9 @@ func (f *InFlight) Busy(reg *record.Registration) time.Duration {
 	return left
 }
 
-// ended records the end of a request under keys: answered, or lost (busy for a quarantine).
+// ended records the end of a request under keys: answered (remembered for a quarantine, so
+// that a release or a request sent again under its attempt waits for nothing; pruned after),
+// or lost (busy for a quarantine).
 func (f *InFlight) ended(keys []string, lost bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -287,9 +306,6 @@ func (f *InFlight) ended(keys []string, lost bool) {
 	for _, key := range keys {
 		s := f.slots[key] // busy while out: neither Forget nor prune dropped it
 		s.out, s.answered, s.until = false, !lost, mono+f.Quarantine
-		if len(s.holders) == 0 && !lost {
-			delete(f.slots, key) // nobody to tell of the answer
-		}
 	}
 }
 
@@ -340,6 +356,41 @@ func (f *InFlight) MayStillBeInFlight(uid types.UID, reg *record.Registration) t
 		s.until = mono + min(reg.Attempt.Add(f.Quarantine).Sub(f.Now()), f.Quarantine)
 	}
 	return s.left(mono)
+}
+
+// SawAlive notes that this process saw the claim live (not being deleted): only this process
+// can have sent a release for it since.
+func (f *InFlight) SawAlive(uid types.UID) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.monotonic() >= f.Quarantine {
+		f.alive = nil
+		return
+	}
+	if f.alive == nil {
+		f.alive = map[types.UID]struct{}{}
+	}
+	f.alive[uid] = struct{}{}
+}
+
+// MayStillBeReleasing reports for how long a release that an earlier process (the leader
+// before this one) may have sent for a deleted claim may still be carried out (0: none may).
+// Releases are recorded nowhere (a release costs no write). An earlier process sent nothing
+// after this one first used the table, so, for a claim this process did not see live first,
+// that is the first quarantine after it; claims seen live are this process's alone. The claims
+// seen are kept for that quarantine only.
+func (f *InFlight) MayStillBeReleasing(uid types.UID) time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	mono := f.monotonic()
+	if mono >= f.Quarantine {
+		f.alive = nil
+		return 0
+	}
+	if _, seen := f.alive[uid]; seen {
+		return 0
+	}
+	return f.Quarantine - mono
 }
 
 // Pending counts, by IPAM-API host, the registrations out now and those quarantined, for metrics.

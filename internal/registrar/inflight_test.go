@@ -218,7 +218,7 @@ func TestInFlightMayResendUnder(t *testing.T) {
 	reg := registration("u", "", f.AttemptTime())
 	g.Expect(f.MayResendUnder("u", reg, time.Second)).To(BeFalse(), "no answer seen")
 	g.Expect(register(f, api, "u", reg)).To(Succeed())
-	g.Expect(f.MayResendUnder("u", reg, time.Second)).To(BeFalse(), "nobody holds the identity: its answer is not kept")
+	g.Expect(f.MayResendUnder("u", reg, time.Second)).To(BeTrue(), "nobody holds the identity: its answer is kept all the same")
 	_, ok := f.Reserve(context.Background(), reg.Key(), "", claim("u"), nil)
 	g.Expect(ok).To(BeTrue())
 	g.Expect(register(f, api, claim("u").UID, reg)).To(Succeed())
@@ -281,7 +281,7 @@ func TestInFlightLostAnswer(t *testing.T) {
 }
 
 // While a request is out, forgetting its claim does not free its keys: another request
-// under them is held back until the answer comes, and the keys go with the answer. A
+// under them is held back until the answer comes, and the keys are free with the answer. A
 // wait begun for an attempt met on a claim's record holds requests back too.
 func TestInFlightForgetWhileOut(t *testing.T) {
 	g := NewWithT(t)
@@ -299,8 +299,9 @@ func TestInFlightForgetWhileOut(t *testing.T) {
 	g.Expect(register(f, api, "v", registration("u", "", time.Time{}))).To(MatchError(ContainSubstring("still in flight")))
 	g.Expect(<-done).To(Succeed())
 	keys, claims := f.Len()
-	g.Expect(keys).To(BeZero())
+	g.Expect(keys).To(Equal(2), "the answer is remembered (identity and address) until the request's quarantine ends")
 	g.Expect(claims).To(BeZero())
+	g.Expect(f.Busy(reg)).To(BeZero())
 
 	g.Expect(f.MayStillBeInFlight("w", registration("met", "", f.AttemptTime()))).To(BeNumerically(">", 0))
 	g.Expect(register(f, api, "w", registration("met", "", time.Time{}))).To(MatchError(ContainSubstring("without an answer")))
@@ -343,4 +344,35 @@ func TestInFlightPrunesOncePerDoubling(t *testing.T) {
 	g.Expect(keys()).To(Equal(6001), "no pass before the number doubled")
 	hold(3000, 3001)
 	g.Expect(keys()).To(Equal(3001), "the pass dropped every key that told nothing")
+}
+
+// A release without an answer holds its identity and address back like a registration; a
+// new process waits, for a deleted claim it did not see live, until a quarantine after it
+// first used the table: the process before it may have sent a release for it until then.
+func TestInFlightReleases(t *testing.T) {
+	g := NewWithT(t)
+	s, api := standIn(t)
+	t0, clock, f := clockedInFlight()
+	f.Monotonic = clock
+	f.SawAlive("seen")
+	g.Expect(f.MayStillBeReleasing("seen")).To(BeZero())
+	g.Expect(f.MayStillBeReleasing("unseen")).To(Equal(20 * time.Second))
+	clock.SetTime(t0.Add(5 * time.Second))
+	g.Expect(f.MayStillBeReleasing("unseen")).To(Equal(15 * time.Second))
+	clock.SetTime(t0.Add(20 * time.Second))
+	g.Expect(f.MayStillBeReleasing("unseen")).To(BeZero(), "past the first quarantine, no earlier process can have a release out")
+	f.SawAlive("late")
+	g.Expect(f.MayStillBeReleasing("late")).To(BeZero())
+
+	reg := registration("r", "83.118.168.9/32", time.Time{})
+	g.Expect(register(f, api, "r", reg)).To(Succeed())
+	g.Expect(s.DropNext(sim.DropBefore, 1)).To(Succeed())
+	_, err := f.Release(context.Background(), api, "r", reg, reg.Request(value))
+	g.Expect(err).To(HaveOccurred())
+	g.Expect(f.Busy(reg)).To(Equal(20*time.Second), "a release without an answer may still be carried out")
+	g.Expect(register(f, api, "r", registration("r", "", time.Time{}))).To(MatchError(ContainSubstring("ended without an answer")))
+	g.Expect(register(f, api, "other", registration("other", reg.Address, time.Time{}))).To(MatchError(ContainSubstring("ended without an answer")))
+	g.Expect(s.Stats().Total(sim.RouteRegister)).To(Equal(1))
+	clock.SetTime(t0.Add(40 * time.Second))
+	g.Expect(register(f, api, "r", reg)).To(Succeed())
 }

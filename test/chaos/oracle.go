@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -90,10 +91,12 @@ func holdingOf(r *record.Registration) holding {
 // Account compares what the IPAM-API holds (held: the stand-in's registrations) with
 // what the cluster records (c: read with List only), for the identities and objects of
 // the namespaces whose UIDs are in scope (a namespace may be gone by then: its holders
-// are still in scope). defaultSecret is the provider's default Secret, which pools
-// without spec.secretRef name (empty: it is in no namespace of the scope).
+// are still in scope); a nil scope is every namespace and every holder the IPAM-API has
+// (a test that owns the whole IPAM-API). defaultSecret is the provider's default Secret,
+// which pools without spec.secretRef name (empty: it is in no namespace of the scope).
 func Account(ctx context.Context, c client.Reader, held []sim.Registration, scope map[string]bool, defaultSecret types.NamespacedName) (Accounts, error) {
 	var out Accounts
+	scoped := func(namespaceID string) bool { return scope == nil || scope[namespaceID] }
 	// Every live holder: an IPAddress in scope may record an identity whose namespace
 	// ID is overridden to one out of scope. Leaks are looked for in scope only.
 	live := map[holding]bool{}
@@ -114,7 +117,7 @@ func Account(ctx context.Context, c client.Reader, held []sim.Registration, scop
 	}
 	ours := map[string]bool{} // the scope's namespaces that still exist, by name
 	for _, ns := range nss.Items {
-		if scope[string(ns.UID)] {
+		if scoped(string(ns.UID)) {
 			ours[ns.Name] = true
 			if !ns.DeletionTimestamp.IsZero() {
 				out.Stuck = append(out.Stuck, "Namespace "+ns.Name)
@@ -122,7 +125,7 @@ func Account(ctx context.Context, c client.Reader, held []sim.Registration, scop
 		}
 	}
 	inScope := func(o client.Object, r *record.Registration) bool {
-		return ours[o.GetNamespace()] || (r != nil && scope[r.Identity.NamespaceID])
+		return ours[o.GetNamespace()] || (r != nil && scoped(r.Identity.NamespaceID))
 	}
 	// The Secret keys every pool and every record names, wherever it is.
 	named := map[types.NamespacedName]map[string]bool{}
@@ -186,6 +189,18 @@ func Account(ctx context.Context, c client.Reader, held []sim.Registration, scop
 	}
 
 	accounted := map[holding]bool{}
+	// A pool's subnet check holds its address while its record is on the pool.
+	for _, p := range pools {
+		var probe struct {
+			Address  string           `json:"address"`
+			Identity ipamapi.Identity `json:"identity"`
+		}
+		if v, ok := p.GetAnnotations()[ipamv1alpha1.SubnetProbeAnnotation]; ok && json.Unmarshal([]byte(v), &probe) == nil {
+			if a, err := ipamapi.CanonicalCIDR(probe.Address); err == nil {
+				accounted[holding{a, probe.Identity.ServiceName, probe.Identity.NamespaceID, probe.Identity.ClusterID}] = true
+			}
+		}
+	}
 	pending := map[holding]int{} // by identity (no address): records that may hold one
 	boundTo := map[types.NamespacedName]string{}
 	for i := range claims.Items {
@@ -222,7 +237,7 @@ func Account(ctx context.Context, c client.Reader, held []sim.Registration, scop
 		}
 	}
 	for h := range live {
-		if accounted[h] || !scope[h.ns] {
+		if accounted[h] || !scoped(h.ns) {
 			continue
 		}
 		id := holding{"", h.service, h.ns, h.cluster}

@@ -98,13 +98,15 @@ func (i *ipam) RoundTrip(r *http.Request) (*http.Response, error) {
 	return res, nil
 }
 
-// overlaps fails the run when a request reaches the IPAM-API while a registration of the
-// same identity that got no answer may still be carried out, and the two could leave the
-// identity holding an address no record names: a registration of any address meeting any
-// other registration of the identity (each allocates one, or the second takes an address
-// the first then adds to), or a release meeting a registration of its address (which then
-// holds it again for good). The provider promises to send neither; two registrations of one
-// address (a resend) are harmless. The real IPAM-API does not serialise requests.
+// overlaps fails the run when a request reaches the IPAM-API while a request of the same
+// identity that got no answer may still be carried out, and the two could leave the identity
+// holding an address no record names, or a record naming an address nothing holds: a
+// registration of any address meeting any other registration of the identity (each allocates
+// one, or the second takes an address the first then adds to), a release meeting a
+// registration of its address (which then holds it again for good), or a registration
+// meeting a release of its address (which then frees what was just registered). The provider
+// promises to send none of them; two registrations of one address (a resend), and two
+// releases, are harmless. The real IPAM-API does not serialise requests.
 func (i *ipam) overlaps(r *http.Request, body []byte, what string) {
 	var mine wireRequest
 	_ = json.Unmarshal(body, &mine)
@@ -112,15 +114,21 @@ func (i *ipam) overlaps(r *http.Request, body []byte, what string) {
 	for _, h := range i.held {
 		var held wireRequest
 		_ = json.Unmarshal(h.body, &held)
-		if h.req.Method != http.MethodPost || identityOf(h.body) != id || i.w.failed != "" {
+		if identityOf(h.body) != id || i.w.failed != "" {
 			continue
 		}
-		harmful := mine.Address == "" || held.Address == ""
-		if r.Method == http.MethodPost && mine.Address != "" && held.Address != "" && mine.Address != held.Address {
-			harmful = false // two explicit addresses: each is recorded by its claim
-		}
-		if r.Method == http.MethodDelete {
+		var harmful bool
+		switch {
+		case h.req.Method == http.MethodDelete && r.Method == http.MethodPost:
+			// A pool's subnet check registers its address only to release it again: nothing is
+			// bound to it, and a release of it that frees it early takes nothing from anyone.
+			harmful = (mine.Address == "" || mine.Address == held.Address) && mine.Service.ServiceName != subnetProbe
+		case h.req.Method == http.MethodDelete:
+		case r.Method == http.MethodDelete:
 			harmful = held.Address == "" || held.Address == mine.Address
+		default:
+			// Two explicit addresses: each is recorded by its claim (one address twice: a resend).
+			harmful = mine.Address == "" || held.Address == ""
 		}
 		if harmful {
 			i.w.failed = fmt.Sprintf("%s reaches the IPAM-API while %s, sent without an answer, may still be carried out "+
@@ -167,6 +175,9 @@ func (i *ipam) nextLanding() time.Time {
 	}
 	return out
 }
+
+// subnetProbe is the service name a subnet-mode pool's check of its subnet registers under.
+const subnetProbe = "vitistack-ipam-subnet-probe"
 
 type wireRequest struct {
 	Zone     string `json:"zone"`

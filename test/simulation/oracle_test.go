@@ -22,8 +22,8 @@ import (
 //     declare one share key, or both are the same Service's (a move hands an address over);
 //   - no address a live claim is bound to is free in the IPAM-API (MetalLB would announce
 //     an address the IPAM-API may give to someone else);
-//   - no address leaked: every live holder the IPAM-API has under any namespace the run
-//     made is accounted for by an IPAddress's record, or a record on a claim;
+//   - no address leaked: every live holder the IPAM-API has, whatever its identity, is
+//     accounted for by an IPAddress's record, or a record on a claim;
 //   - no IPAddress whose address is not its record's.
 // Once settled, also what test/chaos's Account finds in a settled cluster: nothing
 // deleted left behind (but a Secret a live claim's record still names, which the
@@ -69,7 +69,8 @@ func prefixed(class string, entries []string) []string {
 }
 
 func (w *world) account() chaos.Accounts {
-	a, err := chaos.Account(context.Background(), w.cluster.direct, w.ipam.api.Registrations(), w.scope,
+	// The run owns the whole IPAM-API: every holder it has is accounted (nil scope).
+	a, err := chaos.Account(context.Background(), w.cluster.direct, w.ipam.api.Registrations(), nil,
 		types.NamespacedName{Namespace: w.options.DefaultSecretNamespace, Name: w.options.DefaultSecretName})
 	if err != nil {
 		panic(err)

@@ -5,13 +5,17 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/pkg/errors"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
+	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
@@ -70,9 +74,6 @@ func (w *world) mustCreate(obj client.Object) {
 	if err := w.cluster.create(obj); err != nil {
 		panic(err)
 	}
-	if ns, ok := obj.(*corev1.Namespace); ok {
-		w.scope[string(ns.UID)] = true
-	}
 }
 
 // userAction is something a user does; it returns what it did ("" if it did nothing).
@@ -91,9 +92,10 @@ func userActions() []userAction {
 		{"create a Service", 4, (*world).createService},
 		{"delete a Service", 2, (*world).deleteService},
 		{"move a Service to another pool", 3, (*world).moveService},
+		{"move a Service whose address does not come", 6, (*world).moveWaitingService},
 		{"re-create a deleted Secret", 1, (*world).recreateSecret},
 		{"delete a Secret", 1, (*world).deleteSecret},
-		{"delete and re-create a claim under its Secret", 1, (*world).recreateClaim},
+		{"delete and re-create a claim under its Secret", 3, (*world).recreateClaim},
 		{"delete a namespace", 1, (*world).deleteNamespace},
 	}
 }
@@ -162,8 +164,20 @@ func (w *world) createClaim() string {
 	if w.s.chance(0.3) {
 		c.Annotations[ipamv1alpha1.RetentionPeriodDaysAnnotation] = strconv.Itoa(w.s.pick(3))
 	}
-	if pool.Kind == ipamv1alpha1.GlobalVitistackIPPoolKind && w.s.chance(0.5) {
-		c.Annotations[ipamv1alpha1.SecretAnnotation] = "team"
+	if pool.Kind == ipamv1alpha1.GlobalVitistackIPPoolKind {
+		switch n := w.s.pick(10); {
+		case n < 3:
+			c.Annotations[ipamv1alpha1.SecretAnnotation] = "team"
+		case n < 8:
+			// A Secret of its own, made with the claim (as a GitOps bundle does): once the
+			// claim is deleted nothing names it, and the protector lets it go while the claim
+			// may be re-created under it.
+			solo := "solo-" + name
+			if !w.exists(&corev1.Secret{}, nsApps, solo) && w.cluster.create(secretOf(nsApps, solo, solo+"-value-0123456789")) != nil {
+				return ""
+			}
+			c.Annotations[ipamv1alpha1.SecretAnnotation] = solo
+		}
 	}
 	if err := w.cluster.create(c); err != nil {
 		return ""
@@ -185,6 +199,12 @@ func (w *world) deleteClaim() string {
 // the name is free, as a GitOps sync does: the same IPAM-API identity under the same Secret.
 func (w *world) recreateClaim() string {
 	cs := w.userClaims()
+	// Most often one with a Secret of its own, which nothing else names.
+	if solo := slices.DeleteFunc(slices.Clone(cs), func(c ipamv1.IPAddressClaim) bool {
+		return !strings.HasPrefix(c.Annotations[ipamv1alpha1.SecretAnnotation], "solo-")
+	}); len(solo) > 0 && w.s.chance(0.7) {
+		cs = solo
+	}
 	if len(cs) == 0 {
 		return ""
 	}
@@ -201,11 +221,21 @@ func (w *world) recreateClaim() string {
 	return fmt.Sprintf("deletes IPAddressClaim %s, to create it again once it is gone", c.Name)
 }
 
-// recreated is the claims waiting to be made again whose names are free now.
+// recreated is the claims waiting to be made again that are due now. A GitOps sync makes a
+// claim again at its own pace once the name is free: at once, or as the Secret protector
+// looks at the claim's Secret that nothing names any more (its removal delay, 1 s), or later.
 func (w *world) recreated() []*ipamv1.IPAddressClaim {
 	var out []*ipamv1.IPAddressClaim
 	for _, c := range w.recreate {
-		if !w.exists(&ipamv1.IPAddressClaim{}, c.Namespace, c.Name) {
+		due, set := w.due[c]
+		if !set {
+			if w.exists(&ipamv1.IPAddressClaim{}, c.Namespace, c.Name) {
+				continue
+			}
+			due = w.s.clock.now.Add([]time.Duration{0, time.Second, 2 * time.Second}[w.s.pick(3)])
+			w.due[c] = due
+		}
+		if !w.s.clock.now.Before(due) && !w.exists(&ipamv1.IPAddressClaim{}, c.Namespace, c.Name) {
 			out = append(out, c)
 		}
 	}
@@ -329,7 +359,16 @@ func (w *world) deleteService() string {
 // moveService sets a Service's pool annotation to another of the three pools of its zone
 // and family (or back): a move with the same IPAM-API identity.
 func (w *world) moveService() string {
-	ss := w.services()
+	return w.move(w.services())
+}
+
+// moveWaitingService moves a Service whose claim says it is not bound (a failed request, a
+// wait): what a user does when the address does not come.
+func (w *world) moveWaitingService() string {
+	return w.move(w.servicesWaiting(w.services()))
+}
+
+func (w *world) move(ss []corev1.Service) string {
 	if len(ss) == 0 {
 		return ""
 	}
@@ -346,6 +385,18 @@ func (w *world) moveService() string {
 		return ""
 	}
 	return fmt.Sprintf("moves Service %s/%s to pool %s", svc.Namespace, svc.Name, to)
+}
+
+// servicesWaiting is those of ss with a live claim that is not bound and says why.
+func (w *world) servicesWaiting(ss []corev1.Service) []corev1.Service {
+	waiting := map[types.UID]bool{}
+	for _, c := range list(w, &ipamv1.IPAddressClaimList{}).Items {
+		if owner := metav1.GetControllerOf(&c); owner != nil && owner.Kind == "Service" && c.DeletionTimestamp.IsZero() && c.Status.AddressRef.Name == "" &&
+			conditions.IsFalse(&c, ipamv1.IPAddressClaimReadyCondition) {
+			waiting[owner.UID] = true
+		}
+	}
+	return slices.DeleteFunc(slices.Clone(ss), func(s corev1.Service) bool { return !waiting[s.UID] })
 }
 
 func (w *world) deleteNamespace() string {

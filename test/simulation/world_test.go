@@ -51,16 +51,16 @@ type world struct {
 	crashes int
 	users   int // user actions made
 	chaos   bool
-	// scope is every namespace UID the run made: the oracle accounts them all.
-	scope map[string]bool
 	// refused: deletes of the namespace controller that admission refused, and when it
 	// tries again.
 	refused map[objKey]time.Time
 	// looked is the count of changes when the oracle last looked; settled is what it found.
 	looked  int
 	settled bool
-	// recreate: claims a user deleted, to create again once their name is free.
+	// recreate: claims a user deleted, to create again once their name is free, not before
+	// the time each is due.
 	recreate []*ipamv1.IPAddressClaim
+	due      map[*ipamv1.IPAddressClaim]time.Time
 	// failed is the first failure; calmAt is when the chaos phase ended.
 	failed  string
 	calmAt  time.Time
@@ -69,7 +69,7 @@ type world struct {
 
 func newWorld(t testing.TB, seed uint64, b budget) *world {
 	s := newSched(seed, time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC))
-	w := &world{t: t, seed: seed, s: s, budget: b, chaos: true, scope: map[string]bool{}, refused: map[objKey]time.Time{}}
+	w := &world{t: t, seed: seed, s: s, budget: b, chaos: true, refused: map[objKey]time.Time{}, due: map[*ipamv1.IPAddressClaim]time.Time{}}
 	w.cluster = newCluster(s)
 	w.ipam = &ipam{w: w, api: sim.New(sim.Config{Clock: s.clock, RandSeed: seed + 1})}
 	w.mapper = restMapper(w.cluster.scheme)
@@ -193,9 +193,10 @@ func (w *world) step() bool {
 		add(3, func() { w.terminate(n[w.s.pick(len(n))]) })
 	}
 	if rs := w.recreated(); len(rs) > 0 {
-		add(4, func() {
+		add(20, func() {
 			c := rs[w.s.pick(len(rs))]
 			w.recreate = slices.DeleteFunc(w.recreate, func(x *ipamv1.IPAddressClaim) bool { return x == c })
+			delete(w.due, c)
 			if !w.liveNamespace(c.Namespace) {
 				return
 			}
@@ -325,6 +326,11 @@ func (w *world) advance() bool {
 		ts = append(ts, at)
 	}
 	for _, at := range w.refused {
+		if at.After(w.s.clock.now) {
+			ts = append(ts, at)
+		}
+	}
+	for _, at := range w.due {
 		if at.After(w.s.clock.now) {
 			ts = append(ts, at)
 		}

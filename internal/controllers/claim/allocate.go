@@ -83,7 +83,7 @@ func (h *Handler) allocate(ctx context.Context, address *ipamv1.IPAddress) outco
 	// identity for another one either. Nor may any request meet one of another claim with
 	// the same identity (a Service's claim before a move) that may still be carried out.
 	own := reg.Phase != record.PhaseRegistered && (reg.Address == "" || subnetMode)
-	if left, err := h.mayStillBeInFlight(ctx, reg, own); err != nil {
+	if left, err := h.mayStillBeInFlight(ctx, reg, own, false); err != nil {
 		return transient(err)
 	} else if left > 0 {
 		what := "request"
@@ -130,9 +130,11 @@ func (h *Handler) allocate(ctx context.Context, address *ipamv1.IPAddress) outco
 // mayStillBeInFlight is how long a registration of reg's identity may still be carried out
 // (0: none may), sent by this process or met on a record: this claim's own (if own), and that
 // of every other unbound claim with the same identity whose record names a request for any
-// address. The IPAM-API does not serialise the requests of one identity: one that allocates
-// an address meeting another leaves the identity holding an address no record names.
-func (h *Handler) mayStillBeInFlight(ctx context.Context, reg *record.Registration, own bool) (time.Duration, error) {
+// address, or, releasing, for reg's address. The IPAM-API does not serialise the requests of
+// one identity: one that allocates an address meeting another leaves the identity holding an
+// address no record names, and one of the released address carried out after the release
+// holds it again for good.
+func (h *Handler) mayStillBeInFlight(ctx context.Context, reg *record.Registration, own, releasing bool) (time.Duration, error) {
 	left := time.Duration(0)
 	if own {
 		left = h.InFlight.MayStillBeInFlight(h.claim.UID, reg)
@@ -143,9 +145,10 @@ func (h *Handler) mayStillBeInFlight(ctx context.Context, reg *record.Registrati
 	}
 	for _, c := range claims.Items {
 		// Only a request that named no address can allocate one the identity then holds
-		// unrecorded; a claim once bound has had the answer to it.
+		// unrecorded, or one of the released address hold it again; a claim once bound has
+		// had the answer to it.
 		if other, err := record.OnClaim(c.Annotations); c.UID != h.claim.UID && err == nil && other != nil && other.Key() == reg.Key() &&
-			!other.Attempt.IsZero() && other.Address == "" && c.Status.AddressRef.Name == "" {
+			!other.Attempt.IsZero() && (other.Address == "" || releasing && other.Address == reg.Address) && c.Status.AddressRef.Name == "" {
 			left = max(left, h.InFlight.MayStillBeInFlight(c.UID, other))
 		}
 	}

@@ -112,7 +112,7 @@ func (h *Handler) bound(ctx context.Context, address *ipamv1.IPAddress) outcome 
 		return done
 	}
 	if c.dropRefusal {
-		if err := h.writeRecord(ctx, withRefusal(rec, ""), nil); err != nil {
+		if err := h.writeRecord(ctx, h.withRefusal(rec, ""), nil); err != nil {
 			return transient(err)
 		}
 		done.drop = append(done.drop, ipamv1alpha1.ClaimSecretRotatedCondition)
@@ -130,7 +130,12 @@ func (h *Handler) bound(ctx context.Context, address *ipamv1.IPAddress) outcome 
 	}
 	req := rec.Request(owner.Value)
 	req.RetentionPeriodDays, req.DenyExternalCleanup = c.want.RetentionPeriodDays, c.want.DenyExternalCleanup
-	if _, err := h.InFlight.Register(ctx, api, h.claim.UID, rec, req); err != nil {
+	onClaim := h.withRefusal(rec, "")
+	if now, _ := record.OnClaim(h.claim.Annotations); now != nil { // a refusal just dropped stays dropped
+		onClaim.RotationRefused = now.RotationRefused
+	}
+	onClaim.RetentionPeriodDays, onClaim.DenyExternalCleanup = req.RetentionPeriodDays, req.DenyExternalCleanup
+	if err := h.registerBound(ctx, api, rec, onClaim, req); err != nil {
 		return transient(err)
 	}
 	rec.RetentionPeriodDays, rec.DenyExternalCleanup = c.want.RetentionPeriodDays, c.want.DenyExternalCleanup
@@ -138,10 +143,66 @@ func (h *Handler) bound(ctx context.Context, address *ipamv1.IPAddress) outcome 
 	return done
 }
 
-// withRefusal is rec as a claim record with the given refused rotation and no intent.
-func withRefusal(rec *record.Registration, refused string) *record.Registration {
+// unanswered is how long a request recorded on the claim (cur) whose answer the registered
+// record (rec, with the attempt it shows answered) does not show may still be carried out (0:
+// none may, or this process saw its answer): a bound claim's re-registration, rotation or
+// question of who owns its address, after a crash or a lost answer. Nothing else is sent for
+// the identity, and it is not released, before that ends: the IPAM-API does not serialise
+// the requests of one identity, and a registration carried out after the release holds the
+// address for good.
+func (h *Handler) unanswered(cur, rec *record.Registration) time.Duration {
+	if cur == nil || cur.Attempt.IsZero() || cur.Attempt.Equal(rec.Attempt) || cur.Key() != rec.Key() {
+		return 0
+	}
+	return h.InFlight.MayStillBeInFlight(h.claim.UID, cur)
+}
+
+// registerBound sends req, a request for the address a claim has registered (rec), recorded on
+// the claim first as every registration request is: onClaim, with the attempt time (one write:
+// these requests follow a user's change, or finish one). A recorded attempt without an answer on record is waited out first. Once answered (a refusal
+// is an answer too), rec takes the attempt time: the IPAddress shows which request its record
+// answers.
+func (h *Handler) registerBound(ctx context.Context, api ipamapi.Client, rec, onClaim *record.Registration, req ipamapi.Request) error {
+	cur, _ := record.OnClaim(h.claim.Annotations)
+	if left := h.unanswered(cur, rec); left > 0 {
+		return &ipamapi.Error{Op: "register", Class: ipamapi.ClassTransient, NotSent: true, Message: "an earlier request for " +
+			rec.Address + " recorded on the claim may still be carried out in the IPAM-API; waiting until " + h.after(left)}
+	}
+	// Always a new attempt time, after the last: sent under the one the IPAddress shows
+	// answered, a request whose answer is lost would look answered to the next process.
+	onClaim.Attempt = h.InFlight.AttemptTime()
+	for _, last := range []time.Time{rec.Attempt, attemptOf(cur)} {
+		if !onClaim.Attempt.After(last) {
+			onClaim.Attempt = last.Add(time.Nanosecond)
+		}
+	}
+	if err := h.writeRecord(ctx, onClaim, nil); err != nil {
+		return err
+	}
+	_, err := h.InFlight.Register(ctx, api, h.claim.UID, onClaim, req)
+	if e := (*ipamapi.Error)(nil); err == nil || errors.As(err, &e) && !e.Unknown && !e.NotSent {
+		rec.Attempt = onClaim.Attempt // answered, if only with a refusal
+	}
+	return err
+}
+
+// attemptOf is the attempt time of a record (zero: none).
+func attemptOf(r *record.Registration) time.Time {
+	if r == nil {
+		return time.Time{}
+	}
+	return r.Attempt
+}
+
+// withRefusal is rec as the claim's record, with the given refused rotation and no intent. It
+// keeps the attempt time on the claim's record: that of the last request sent, whose answer
+// rec may not show yet (see unanswered).
+func (h *Handler) withRefusal(rec *record.Registration, refused string) *record.Registration {
 	r := *rec
 	r.RotatingTo, r.RotationRefused = record.ObjectRef{}, refused
+	if cur, _ := record.OnClaim(h.claim.Annotations); cur != nil && cur.Key() == rec.Key() {
+		r.Attempt = cur.Attempt
+	}
 	return &r
 }
 
@@ -174,7 +235,7 @@ func (h *Handler) rotate(ctx context.Context, address *ipamv1.IPAddress, rec, wa
 	// is not, so fixing it retries. One event per change of the condition.
 	refusedRotation := func(msg string, remember bool) outcome {
 		if remember {
-			if err := h.writeRecord(ctx, withRefusal(rec, want.Secret.String()), nil); err != nil {
+			if err := h.writeRecord(ctx, h.withRefusal(rec, want.Secret.String()), nil); err != nil {
 				return transient(err)
 			}
 		}
@@ -204,10 +265,18 @@ func (h *Handler) rotate(ctx context.Context, address *ipamv1.IPAddress, rec, wa
 		return *o
 	}
 	// Before anything is asked or the new Secret is protected: the protector follows records.
-	intent := withRefusal(rec, "")
+	// Written before a last read of the Secret, as a registration's record is (two-phase
+	// letting go): either that read sees the protector letting it go, or the protector sees
+	// the intent.
+	intent := h.withRefusal(rec, "")
 	intent.RotatingTo = want.Secret
-	if err := h.writeRecord(ctx, intent, nil); err != nil {
-		return transient(err)
+	if cur, _ := record.OnClaim(h.claim.Annotations); cur == nil || !cur.RotatingTo.Equal(want.Secret) {
+		if err := h.writeRecord(ctx, intent, nil); err != nil {
+			return transient(err)
+		}
+		if next, err = h.Secrets.Get(ctx, want.Secret, false); err != nil {
+			return transient(err)
+		}
 	}
 	if !next.Ready() {
 		return transient(errors.Errorf("waiting for Secret %s/%s to be protected before %s is rotated to it", next.Ref.Namespace, next.Ref.Name, rec.Address))
@@ -215,7 +284,7 @@ func (h *Handler) rotate(ctx context.Context, address *ipamv1.IPAddress, rec, wa
 	req := rec.Request(old.Value)
 	req.NewSecret = next.Value
 	req.RetentionPeriodDays, req.DenyExternalCleanup = want.RetentionPeriodDays, want.DenyExternalCleanup
-	if _, err := h.InFlight.Register(ctx, api, h.claim.UID, rec, req); err != nil {
+	if err := h.registerBound(ctx, api, rec, intent, req); err != nil {
 		if ipamapi.ClassOf(err) == ipamapi.ClassRotationRefused {
 			return refusedRotation(fmt.Sprintf("the IPAM-API refused to give %s the secret %s (%v): the address is shared by several "+
 				"services or held by another, so it keeps the secret %s", rec.Address, want.Secret, err, rec.Secret), true)
@@ -246,7 +315,7 @@ func (h *Handler) finishRotation(ctx context.Context, address *ipamv1.IPAddress,
 		rec.WriteTo(address.Labels, address.Annotations) // the intent goes once the IPAddress shows it
 		return h.rotated(allocated(address.Spec.Address), rec, old), false
 	}
-	if err := h.writeRecord(ctx, withRefusal(rec, ""), nil); err != nil {
+	if err := h.writeRecord(ctx, h.withRefusal(rec, ""), nil); err != nil {
 		return transient(err), false
 	}
 	return outcome{}, true
@@ -289,7 +358,11 @@ func (h *Handler) ownedBy(ctx context.Context, rec *record.Registration, ref rec
 		// Its answer would be ambiguous with another value, or unprotected: wait.
 		return false, errors.Errorf("Secret %s/%s is not protected with an unchanged value; waiting", ref.Namespace, ref.Name)
 	}
-	_, err = h.InFlight.Register(ctx, api, h.claim.UID, rec, rec.Request(sec.Value))
+	asked := *rec
+	if cur, _ := record.OnClaim(h.claim.Annotations); cur != nil {
+		asked.RotatingTo, asked.RotationRefused = cur.RotatingTo, cur.RotationRefused
+	}
+	err = h.registerBound(ctx, api, rec, &asked, rec.Request(sec.Value))
 	switch {
 	case err == nil:
 		return true, nil

@@ -188,14 +188,7 @@ func TestAServiceMovedTwiceBindsItsNewestClaim(t *testing.T) {
 // carried out (the IPAM-API would allocate a second address for the identity). The guard
 // across processes reads every record of the identity, not only the sending claim's.
 func TestARestartDuringAMoveWaitsOutTheOldClaimsRequest(t *testing.T) {
-	w := newWorld(t)
-	w.cfg.QuarantineTime = 2 * time.Second // long enough to look at the wait
-	w.start()
-	for _, name := range []string{"svc-a", "svc-b"} {
-		w.create(&ipamv1alpha1.VitistackIPPool{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: name},
-			Spec: ipamv1alpha1.VitistackIPPoolSpec{Zone: "inet", IPFamily: ipamv1alpha1.IPv4, AllowIdentityOverrides: true}})
-	}
-	w.create(secretObj("old", "old-secret-value-1"))
+	w := movingWorld(t)
 	must(t, w.api.DropNext(sim.DropBefore, 1))
 	w.create(serviceClaim("web-ipv4", "svc-a"))
 	w.run(2)
@@ -311,4 +304,123 @@ func TestASubnetClaimOfTheSameNameDoesNotTakeItsRetainedAddress(t *testing.T) {
 		t.Errorf("%s is no longer retained for 7 days: %v", addr.Spec.Address, w.api.Registrations())
 	}
 	w.check()
+}
+
+// TestALostReregistrationIsWaitedOutByTheRelease: a bound claim's retention changes, and the
+// answer to the re-registration is lost; the manager restarts and the claim is deleted. The
+// release waits until the re-registration can no longer be carried out (the IPAM-API does not
+// serialise them: carried out after the release, it would hold the address for good), then
+// releases.
+func TestALostReregistrationIsWaitedOutByTheRelease(t *testing.T) {
+	w, _ := boundUnder(t, "r", "routed", "old")
+	w.cfg.QuarantineTime = 2 * time.Second // long enough to look at the wait
+	w.start()
+	c := w.get(claimObj("r", "", nil)).(*ipamv1.IPAddressClaim)
+	c.Annotations[ipamv1alpha1.RetentionPeriodDaysAnnotation] = "3"
+	must(t, w.direct.Update(w.ctx, c))
+	must(t, w.api.DropNext(sim.DropBefore, 1))
+	sent := w.api.Stats().Total(sim.RouteRegister)
+	w.run(1)
+	if n := w.api.Stats().Total(sim.RouteRegister) - sent; n != 1 {
+		t.Fatalf("the retention change sent %d registrations, want 1: %s", n, w.describe())
+	}
+	rec, _ := record.OnClaim(w.get(claimObj("r", "", nil)).GetAnnotations())
+	bound, _ := record.OnAddress(w.addressOf("r").Labels, w.addressOf("r").Annotations)
+	if rec == nil || bound == nil || !rec.Attempt.After(bound.Attempt) {
+		t.Fatalf("the re-registration should be recorded on the claim before it is sent, later than the attempt the IPAddress shows answered: %s", w.describe())
+	}
+	w.start() // a restart: nothing in memory says the request got no answer
+	w.deleteClaims("r")
+	released := w.api.Stats().Total(sim.RouteRelease)
+	w.run(2)
+	if n := w.api.Stats().Total(sim.RouteRelease) - released; n != 0 {
+		t.Errorf("%d releases went out while the re-registration may still be carried out", n)
+	}
+	w.settle()
+	w.gone(t, "r")
+	w.check()
+}
+
+// TestAReleaseWaitsOutATakeOverOfItsAddress: a Service is moved, and the answer to the new
+// claim's registration of the Service's address (the take-over) is lost; the manager restarts,
+// the Service is moved again and deleted. The old claim's release waits until the take-over
+// can no longer be carried out: carried out after the release, it would hold the address
+// again for good.
+func TestAReleaseWaitsOutATakeOverOfItsAddress(t *testing.T) {
+	w := movingWorld(t)
+	w.create(serviceClaim("web-ipv4", "svc-a"))
+	w.settle()
+	if w.addressOf("web-ipv4") == nil {
+		t.Fatalf("the Service's first claim is not bound: %s", w.describe())
+	}
+	old := w.get(claimObj("web-ipv4", "", nil)).(*ipamv1.IPAddressClaim)
+	old.Annotations[ipamv1alpha1.SupersededByAnnotation] = "web-a"
+	must(t, w.direct.Update(w.ctx, old))
+	must(t, w.api.DropNext(sim.DropBefore, 1))
+	w.create(serviceClaim("web-a", "svc-b"))
+	w.run(1)
+	if rec, _ := record.OnClaim(w.get(claimObj("web-a", "", nil)).GetAnnotations()); rec == nil || rec.Attempt.IsZero() || rec.Address == "" {
+		t.Fatalf("the new claim should have sent its take-over of the address: %s", w.describe())
+	}
+	w.start() // a restart: nothing in memory says the take-over got no answer
+	// Moved again, and deleted: the next claim went before it did anything, so the old claim
+	// releases the address itself.
+	old = w.get(claimObj("web-ipv4", "", nil)).(*ipamv1.IPAddressClaim)
+	old.Annotations[ipamv1alpha1.SupersededByAnnotation] = "web-b"
+	must(t, w.direct.Update(w.ctx, old))
+	w.deleteClaims("web-ipv4", "web-a")
+	released := w.api.Stats().Total(sim.RouteRelease)
+	// The old claim first, before the new one's release meets its own record.
+	if _, err := w.claims.Reconcile(w.ctx, ctrl.Request{NamespacedName: client.ObjectKey{Namespace: "apps", Name: "web-ipv4"}}); err != nil {
+		t.Logf("reconcile: %v", err)
+	}
+	if n := w.api.Stats().Total(sim.RouteRelease) - released; n != 0 {
+		t.Errorf("%d releases went out while the take-over of the address may still be carried out", n)
+	}
+
+	w.settle()
+	w.gone(t, "web-ipv4")
+	w.gone(t, "web-a")
+	w.check()
+}
+
+// TestALostReleaseIsWaitedOutByTheNextManager: a claim is deleted and the answer to its
+// release is lost; the manager restarts. The new one does not release the claim again until
+// the first release can no longer be carried out: the claim would go, a claim of the same name
+// (the same identity) could take the address again, and the first release, carried out late,
+// would free it under that claim.
+func TestALostReleaseIsWaitedOutByTheNextManager(t *testing.T) {
+	w, _ := boundUnder(t, "r", "routed", "old")
+	w.cfg.QuarantineTime = 2 * time.Second // long enough to look at the wait
+	w.start()
+	w.run(1) // the manager sees the claim live: its deletion comes after it started
+	w.deleteClaims("r")
+	must(t, w.api.DropNext(sim.DropBefore, 1))
+	released := w.api.Stats().Total(sim.RouteRelease)
+	w.run(1)
+	if n := w.api.Stats().Total(sim.RouteRelease) - released; n != 1 {
+		t.Fatalf("the deleted claim sent %d releases, want 1: %s", n, w.describe())
+	}
+	w.start() // a restart: nothing in memory says the release got no answer
+	w.run(2)
+	if n := w.api.Stats().Total(sim.RouteRelease) - released; n != 1 {
+		t.Errorf("%d more releases went out while the first may still be carried out", n-1)
+	}
+	w.settle()
+	w.gone(t, "r")
+	w.check()
+}
+
+// movingWorld is a world with a quarantine long enough to look at a wait, two pools of one
+// zone and family for a Service to move between (svc-a, svc-b), and the Secret old.
+func movingWorld(t *testing.T) *world {
+	w := newWorld(t)
+	w.cfg.QuarantineTime = 2 * time.Second
+	w.start()
+	for _, name := range []string{"svc-a", "svc-b"} {
+		w.create(&ipamv1alpha1.VitistackIPPool{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: name},
+			Spec: ipamv1alpha1.VitistackIPPoolSpec{Zone: "inet", IPFamily: ipamv1alpha1.IPv4, AllowIdentityOverrides: true}})
+	}
+	w.create(secretObj("old", "old-secret-value-1"))
+	return w
 }

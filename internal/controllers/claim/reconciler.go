@@ -46,6 +46,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		}
 	}()
 	deleting := !claim.DeletionTimestamp.IsZero()
+	if !deleting {
+		r.InFlight.SawAlive(claim.UID) // deleted later, only this process releases it
+	}
 	if deleting && !controllerutil.ContainsFinalizer(claim, ipamutil.ReleaseAddressFinalizer) {
 		return ctrl.Result{}, nil // never registered anything: nothing to release
 	}

@@ -24,7 +24,7 @@ import (
 // A Secret whose value changed since registration holds the release: "not held" under the new
 // value would abandon the address under the old one.
 func (h *Handler) release(ctx context.Context) outcome {
-	reg, err := h.recorded(ctx)
+	reg, onAddress, err := h.recorded(ctx)
 	if err != nil {
 		return releaseFailed(err.Error())
 	}
@@ -79,13 +79,22 @@ func (h *Handler) release(ctx context.Context) outcome {
 		// retention.
 		reg.RetentionPeriodDays = 0
 	}
-	if reg.Phase != record.PhaseRegistered || reg.Address == "" {
-		// Once the request recorded has certainly ended (see InFlight.Busy): among them one
-		// sent to learn the address, below.
-		if left := h.InFlight.MayStillBeInFlight(h.claim.UID, reg); left > 0 {
-			return releaseWaits(fmt.Sprintf("an earlier registration request may still be in flight; releasing after %s",
-				h.after(left)), left)
-		}
+	// Once the request recorded has certainly ended (see InFlight.Busy): a pending one, one
+	// sent to learn the address (below), or a bound claim's later request that its IPAddress
+	// does not show answered (without the IPAddress, nothing shows which was).
+	left := time.Duration(0)
+	if cur, _ := record.OnClaim(h.claim.Annotations); onAddress {
+		left = h.unanswered(cur, reg)
+	}
+	if reg.Phase != record.PhaseRegistered || reg.Address == "" || !onAddress {
+		left = max(left, h.InFlight.MayStillBeInFlight(h.claim.UID, reg))
+	}
+	// And a release an earlier process may have sent, its answer lost: carried out after the
+	// claim is gone, it would free the address of a claim of the same identity made since.
+	left = max(left, h.InFlight.MayStillBeReleasing(h.claim.UID))
+	if left > 0 {
+		return releaseWaits(fmt.Sprintf("an earlier request for the address (a registration, or a release an earlier manager sent) may still be carried out in the IPAM-API; releasing after %s",
+			h.after(left)), left)
 	}
 	if reg.Address == "" {
 		// Send it again to learn the address (the IPAM-API returns the held one), recorded
@@ -110,7 +119,7 @@ func (h *Handler) release(ctx context.Context) outcome {
 	} else if other != "" {
 		return h.released(ctx, reg, "Left the registration to another live claim that names it: nothing to release", "claim", other)
 	}
-	others, err := h.mayStillBeInFlight(ctx, reg, false)
+	others, err := h.mayStillBeInFlight(ctx, reg, false, true)
 	if err != nil {
 		return releaseFailed(err.Error())
 	}
@@ -118,7 +127,7 @@ func (h *Handler) release(ctx context.Context) outcome {
 		return releaseWaits(fmt.Sprintf("an earlier registration of %s may still be in flight in the IPAM-API; releasing after %s",
 			orPending(reg.Address), h.after(left)), left)
 	}
-	if _, err := api.Release(ctx, reg.Request(sec.Value)); err != nil {
+	if _, err := h.InFlight.Release(ctx, api, h.claim.UID, reg, reg.Request(sec.Value)); err != nil {
 		// Under the owning value, "not held" means released already (or by the retention sweeper).
 		// A refusal (400) proves nothing: the IPAM-API validates before it looks anything up.
 		if !ipamapi.IsNotHeld(err) {
@@ -168,18 +177,20 @@ func (h *Handler) released(ctx context.Context, reg *record.Registration, msg st
 	return outcome{}
 }
 
-// recorded is what was registered for the claim: the IPAddress's record, else the claim's.
-func (h *Handler) recorded(ctx context.Context) (*record.Registration, error) {
+// recorded is what was registered for the claim: the IPAddress's record (onAddress), else the
+// claim's.
+func (h *Handler) recorded(ctx context.Context) (reg *record.Registration, onAddress bool, err error) {
 	addr := &ipamv1.IPAddress{}
-	err := h.Client.Get(ctx, client.ObjectKeyFromObject(h.claim), addr)
+	err = h.Client.Get(ctx, client.ObjectKeyFromObject(h.claim), addr)
 	if err != nil && !apierrors.IsNotFound(err) {
-		return nil, errors.Wrap(err, "reading the claim's IPAddress")
+		return nil, false, errors.Wrap(err, "reading the claim's IPAddress")
 	}
 	if err == nil && metav1.IsControlledBy(addr, h.claim) {
 		reg, err := record.OnAddress(addr.Labels, addr.Annotations)
 		if err != nil || reg != nil {
-			return reg, err
+			return reg, true, err
 		}
 	}
-	return record.OnClaim(h.claim.Annotations)
+	reg, err = record.OnClaim(h.claim.Annotations)
+	return reg, false, err
 }

@@ -196,7 +196,7 @@ func (h *Handler) decline(ctx context.Context, api ipamapi.Client, sec *registra
 	// addresses: an "updated" candidate cannot tell that hold from someone else's), and is
 	// free once the retention ends.
 	req := reg.Request(sec.Value)
-	if _, err := api.Release(ctx, req); err != nil && !ipamapi.IsNotHeld(err) {
+	if _, err := h.InFlight.Release(ctx, api, h.claim.UID, reg, req); err != nil && !ipamapi.IsNotHeld(err) {
 		return failed(ipamv1.IPAddressClaimReadyAllocationFailedReason, fmt.Sprintf("giving back %s, which someone else holds, failed: %v; "+
 			"retrying with back-off", reg.Address, err))
 	}

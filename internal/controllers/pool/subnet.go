@@ -127,7 +127,8 @@ func (r *Reconciler) releaseProbe(ctx context.Context, pool ipamv1alpha1.Pool, a
 	if left := r.InFlight.Busy(probe); left > 0 {
 		return left, nil
 	}
-	if _, err := api.Release(ipamapi.WithOperation(ctx, ipamapi.OpProbe), probe.Request(secret)); err != nil && ipamapi.ClassOf(err) != ipamapi.ClassNotHeld {
+	if _, err := r.InFlight.Release(ipamapi.WithOperation(ctx, ipamapi.OpProbe), api, pool.GetUID(), probe, probe.Request(secret)); err != nil &&
+		ipamapi.ClassOf(err) != ipamapi.ClassNotHeld {
 		return 0, errors.Wrapf(err, "releasing %s, registered to check the pool's subnet against its zone", probe.Address)
 	}
 	return 0, r.setProbe(ctx, pool, nil)
