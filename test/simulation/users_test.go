@@ -185,14 +185,19 @@ func (w *world) createClaim() string {
 	return fmt.Sprintf("creates IPAddressClaim %s/%s of %s %s %v", c.Namespace, c.Name, pool.Kind, pool.Name, c.Annotations)
 }
 
-func (w *world) deleteClaim() string {
-	cs := w.userClaims()
-	if len(cs) == 0 {
+func (w *world) deleteClaim() string { return deleteOneOf(w, "IPAddressClaim", w.userClaims()) }
+
+// deleteOneOf deletes one of objs, picked by the scheduler, and says so ("" if none).
+func deleteOneOf[T any, P interface {
+	*T
+	client.Object
+}](w *world, kind string, objs []T) string {
+	if len(objs) == 0 {
 		return ""
 	}
-	c := cs[w.s.pick(len(cs))]
-	_ = w.cluster.delete(&c)
-	return "deletes IPAddressClaim " + c.Namespace + "/" + c.Name
+	o := P(&objs[w.s.pick(len(objs))])
+	_ = w.cluster.delete(o)
+	return "deletes " + kind + " " + o.GetNamespace() + "/" + o.GetName()
 }
 
 // recreateClaim deletes a claim and makes it again, same name, same annotations, once
@@ -284,12 +289,7 @@ func (w *world) exists(obj client.Object, ns, name string) bool {
 func (w *world) deleteSecret() string {
 	secrets := list(w, &corev1.SecretList{}).Items
 	secrets = slices.DeleteFunc(secrets, func(s corev1.Secret) bool { return !s.DeletionTimestamp.IsZero() })
-	if len(secrets) == 0 {
-		return ""
-	}
-	s := secrets[w.s.pick(len(secrets))]
-	_ = w.cluster.delete(&s)
-	return "deletes Secret " + s.Namespace + "/" + s.Name
+	return deleteOneOf(w, "Secret", secrets)
 }
 
 func (w *world) recreateSecret() string {
@@ -346,15 +346,7 @@ func (w *world) createService() string {
 	return fmt.Sprintf("creates Service %s/%s %v", svc.Namespace, svc.Name, svc.Annotations)
 }
 
-func (w *world) deleteService() string {
-	ss := w.services()
-	if len(ss) == 0 {
-		return ""
-	}
-	s := ss[w.s.pick(len(ss))]
-	_ = w.cluster.delete(&s)
-	return "deletes Service " + s.Namespace + "/" + s.Name
-}
+func (w *world) deleteService() string { return deleteOneOf(w, "Service", w.services()) }
 
 // moveService sets a Service's pool annotation to another of the three pools of its zone
 // and family (or back): a move with the same IPAM-API identity.

@@ -66,11 +66,7 @@ func TestAServiceMovedBackKeepsItsAddress(t *testing.T) {
 // process die, the next process waits it out from then, not from the first request (which
 // let a late registration hold the address after the release, for ever).
 func TestAReleaseThatLearnsItsAddressRecordsItsRequest(t *testing.T) {
-	w := newWorld(t)
-	pools(w)
-	must(t, w.api.DropNext(sim.DropBefore, 1))
-	w.create(claimObj("c", "routed", nil))
-	w.run(2) // the default Secret is made and protected in the first pass, the request goes in the second
+	w := unansweredClaim(t, sim.DropBefore)
 	first, _ := record.OnClaim(w.get(claimObj("c", "", nil)).GetAnnotations())
 	if first == nil || first.Attempt.IsZero() {
 		t.Fatalf("the claim should have sent its request: %s", w.describe())
@@ -96,11 +92,7 @@ func TestAReleaseThatLearnsItsAddressRecordsItsRequest(t *testing.T) {
 // every request, before it looks anything up). The refusal proves nothing about the first
 // request: the record stays, and the claim's address is released when it goes.
 func TestARefusalOfARetryKeepsTheRecord(t *testing.T) {
-	w := newWorld(t)
-	pools(w)
-	must(t, w.api.DropNext(sim.DropAfter, 1))
-	w.create(claimObj("c", "routed", nil))
-	w.run(2) // the default Secret is made and protected in the first pass, the request goes in the second
+	w := unansweredClaim(t, sim.DropAfter)
 	if len(w.live()) != 1 {
 		t.Fatalf("the first registration should be held: %v", w.live())
 	}
@@ -123,11 +115,7 @@ func TestARefusalOfARetryKeepsTheRecord(t *testing.T) {
 // request was never answered learns its address, then sends the release; a release refused
 // in validation released nothing and is tried again.
 func TestAReleaseRefusedInValidationIsNotAReleaseOfAnUnansweredRecord(t *testing.T) {
-	w := newWorld(t)
-	pools(w)
-	must(t, w.api.DropNext(sim.DropAfter, 1))
-	w.create(claimObj("c", "routed", nil))
-	w.run(2) // the default Secret is made and protected in the first pass, the request goes in the second
+	w := unansweredClaim(t, sim.DropAfter)
 	w.deleteClaims("c")
 	time.Sleep(2 * w.cfg.Quarantine())
 	// The learning registration is answered; the release after it is refused once.
@@ -422,5 +410,17 @@ func movingWorld(t *testing.T) *world {
 			Spec: ipamv1alpha1.VitistackIPPoolSpec{Zone: "inet", IPFamily: ipamv1alpha1.IPv4, AllowIdentityOverrides: true}})
 	}
 	w.create(secretObj("old", "old-secret-value-1"))
+	return w
+}
+
+// unansweredClaim is a world whose claim c, of pool routed, sent its first registration and
+// got no answer: the request was dropped before the IPAM-API saw it (DropBefore), or carried
+// out and its answer lost (DropAfter).
+func unansweredClaim(t *testing.T, mode sim.DropMode) *world {
+	w := newWorld(t)
+	pools(w)
+	must(t, w.api.DropNext(mode, 1))
+	w.create(claimObj("c", "routed", nil))
+	w.run(2) // the default Secret is made and protected in the first pass, the request goes in the second
 	return w
 }

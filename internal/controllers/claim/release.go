@@ -81,20 +81,20 @@ func (h *Handler) release(ctx context.Context) outcome {
 	}
 	// Once the request recorded has certainly ended (see InFlight.Busy): a pending one, one
 	// sent to learn the address (below), or a bound claim's later request that its IPAddress
-	// does not show answered (without the IPAddress, nothing shows which was).
-	left := time.Duration(0)
-	if cur, _ := record.OnClaim(h.claim.Annotations); onAddress {
-		left = h.unanswered(cur, reg)
+	// does not show answered (without the IPAddress, nothing shows which was); and a release
+	// an earlier process may have sent, its answer lost: carried out after the claim is gone,
+	// it would free the address of a claim of the same identity made since.
+	left := h.InFlight.MayStillBeReleasing(h.claim.UID)
+	if onAddress {
+		cur, _ := record.OnClaim(h.claim.Annotations)
+		left = max(left, h.unanswered(cur, reg))
 	}
 	if reg.Phase != record.PhaseRegistered || reg.Address == "" || !onAddress {
 		left = max(left, h.InFlight.MayStillBeInFlight(h.claim.UID, reg))
 	}
-	// And a release an earlier process may have sent, its answer lost: carried out after the
-	// claim is gone, it would free the address of a claim of the same identity made since.
-	left = max(left, h.InFlight.MayStillBeReleasing(h.claim.UID))
 	if left > 0 {
-		return releaseWaits(fmt.Sprintf("an earlier request for the address (a registration, or a release an earlier manager sent) may still be carried out in the IPAM-API; releasing after %s",
-			h.after(left)), left)
+		return releaseWaits(fmt.Sprintf("an earlier request for the address (a registration, or a release an earlier manager "+
+			"sent) may still be carried out in the IPAM-API; releasing after %s", h.after(left)), left)
 	}
 	if reg.Address == "" {
 		// Send it again to learn the address (the IPAM-API returns the held one), recorded

@@ -9,6 +9,8 @@ import (
 	"github.com/pkg/errors"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
@@ -186,29 +188,30 @@ func (b *CABundles) list(ctx context.Context, key types.NamespacedName, listed b
 // cache (cached), or by listing every record from the API server.
 func (b *CABundles) needed(ctx context.Context, ref record.ObjectRef, cached bool) (bool, error) {
 	want := index.CABundleValue(ref)
-	r, opts := b.Reader, []client.ListOption(nil)
-	if cached {
-		r, opts = b.Client, []client.ListOption{client.MatchingFields{index.ClaimCABundle: want}, client.UnsafeDisableDeepCopy}
-	}
 	names := func(o client.Object) bool {
 		return slices.ContainsFunc(bundlesOf(o), func(x record.ObjectRef) bool { return index.CABundleValue(x) == want })
 	}
-	claims := &ipamv1.IPAddressClaimList{}
-	if err := r.List(ctx, claims, opts...); err != nil {
-		return false, errors.Wrap(err, "listing the claims that record the CA bundle")
+	r := b.Reader
+	if cached {
+		r = b.Client
 	}
-	for i := range claims.Items {
-		if names(&claims.Items[i]) {
-			return true, nil
+	for _, l := range []struct {
+		list        client.ObjectList
+		field, what string
+	}{{&ipamv1.IPAddressClaimList{}, index.ClaimCABundle, "claims"}, {&ipamv1.IPAddressList{}, index.AddressCABundle, "IPAddresses"}} {
+		var opts []client.ListOption
+		if cached {
+			opts = []client.ListOption{client.MatchingFields{l.field: want}, client.UnsafeDisableDeepCopy}
 		}
-	}
-	addrs := &ipamv1.IPAddressList{}
-	if err := r.List(ctx, addrs, opts...); err != nil {
-		return false, errors.Wrap(err, "listing the IPAddresses that record the CA bundle")
-	}
-	for i := range addrs.Items {
-		if names(&addrs.Items[i]) {
-			return true, nil
+		if err := r.List(ctx, l.list, opts...); err != nil {
+			return false, errors.Wrapf(err, "listing the %s that record the CA bundle", l.what)
+		}
+		found := false
+		if err := apimeta.EachListItem(l.list, func(o runtime.Object) error {
+			found = found || names(o.(client.Object))
+			return nil
+		}); err != nil || found {
+			return found, err
 		}
 	}
 	pools, err := index.ListPools(ctx, r)
