@@ -11,6 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
+	"sigs.k8s.io/cluster-api/util/conditions"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/record"
@@ -47,6 +49,7 @@ func (w *world) settledProblems() []string {
 	out = append(out, prefixed("orphaned", a.Orphaned)...)
 	out = append(out, prefixed("protections", a.Protections)...)
 	out = append(out, w.caBundleProtection()...)
+	out = append(out, w.movesLeftHalfway()...)
 	held := w.secretsOfLiveRecords()
 	for _, s := range a.Stuck {
 		if strings.HasPrefix(s, "Secret ") {
@@ -200,4 +203,58 @@ func (w *world) secretsOfLiveRecords() map[string]bool {
 		}
 	}
 	return out
+}
+
+// movesLeftHalfway finds a Service moved to another pool whose claim there is not bound
+// while a claim of its old pool lives on: a move that neither finishes nor lets go.
+// Once settled, a move ends bound in the new pool, unless the user must act (the
+// Secret the Service names is gone).
+func (w *world) movesLeftHalfway() []string {
+	claims := map[types.UID][]ipamv1.IPAddressClaim{}
+	for _, c := range list(w, &ipamv1.IPAddressClaimList{}).Items {
+		if owner := metav1.GetControllerOf(&c); owner != nil && owner.Kind == "Service" && c.DeletionTimestamp.IsZero() {
+			claims[owner.UID] = append(claims[owner.UID], c)
+		}
+	}
+	var out []string
+	for _, s := range w.services() {
+		to := s.Annotations[ipamv1alpha1.PoolAnnotation]
+		if to == "" || !w.liveNamespace(s.Namespace) || !w.secretUsable(s) {
+			continue
+		}
+		var stale, current []string
+		for _, c := range claims[s.UID] {
+			if !slices.Contains(movePools, c.Spec.PoolRef.Name) {
+				continue // another family
+			}
+			if c.Spec.PoolRef.Name != to {
+				stale = append(stale, c.Name)
+				continue
+			}
+			if c.Status.AddressRef.Name == "" {
+				why := "no Ready condition"
+				if r := conditions.Get(&c, ipamv1.IPAddressClaimReadyCondition); r != nil {
+					why = r.Reason + ": " + shorten(r.Message)
+				}
+				current = append(current, c.Name+" ("+why+")")
+			}
+		}
+		if len(stale) > 0 && len(current) > 0 {
+			out = append(out, fmt.Sprintf("halfway: Service %s/%s moved to pool %s keeps its old claims %v, and its claims there are not bound: %v",
+				s.Namespace, s.Name, to, stale, current))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// secretUsable reports whether the Secret a Service registers under exists and is not
+// being deleted (a claim cannot register under it otherwise, until the user acts).
+func (w *world) secretUsable(s corev1.Service) bool {
+	key := client.ObjectKey{Namespace: w.options.DefaultSecretNamespace, Name: w.options.DefaultSecretName}
+	if name := s.Annotations[ipamv1alpha1.SecretAnnotation]; name != "" {
+		key = client.ObjectKey{Namespace: s.Namespace, Name: name}
+	}
+	sec := &corev1.Secret{}
+	return w.cluster.direct.Get(context.Background(), key, sec) == nil && sec.DeletionTimestamp.IsZero()
 }

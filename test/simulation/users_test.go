@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/record"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/webhooks"
 )
 
@@ -30,6 +31,9 @@ const (
 	nsWeb     = "web"
 	nsDefault = "ipam-system"
 )
+
+// movePools are the pools of one zone and family a Service moves between.
+var movePools = []string{"inet-a", "inet-b", "inet-c"}
 
 var globalPools = []struct {
 	name, zone string
@@ -89,10 +93,12 @@ func userActions() []userAction {
 		{"delete a claim", 4, (*world).deleteClaim},
 		{"change a claim's retention", 1, (*world).changeRetention},
 		{"point a claim at another Secret", 1, (*world).changeClaimSecret},
+		{"roll back a rotation that does not end", 2, (*world).abandonRotation},
 		{"create a Service", 4, (*world).createService},
 		{"delete a Service", 2, (*world).deleteService},
 		{"move a Service to another pool", 3, (*world).moveService},
 		{"move a Service whose address does not come", 6, (*world).moveWaitingService},
+		{"move a Service again before its move ends", 4, (*world).moveMovingService},
 		{"re-create a deleted Secret", 1, (*world).recreateSecret},
 		{"delete a Secret", 1, (*world).deleteSecret},
 		{"delete and re-create a claim under its Secret", 3, (*world).recreateClaim},
@@ -282,6 +288,26 @@ func (w *world) changeClaimSecret() string {
 	})
 }
 
+// abandonRotation deletes a claim whose record still names the Secret it is being moved
+// to, and that Secret: what a user does to roll back a rotation that does not end.
+func (w *world) abandonRotation() string {
+	var rotating []ipamv1.IPAddressClaim
+	for _, c := range w.userClaims() {
+		if r, _ := record.OnClaim(c.Annotations); r != nil && !r.RotatingTo.IsZero() {
+			rotating = append(rotating, c)
+		}
+	}
+	if len(rotating) == 0 {
+		return ""
+	}
+	c := rotating[w.s.pick(len(rotating))]
+	r, _ := record.OnClaim(c.Annotations)
+	to := r.RotatingTo
+	_ = w.cluster.delete(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: to.Namespace, Name: to.Name}})
+	_ = w.cluster.delete(&c)
+	return fmt.Sprintf("deletes Secret %s/%s, the target of IPAddressClaim %s's rotation, and the claim", to.Namespace, to.Name, c.Name)
+}
+
 func (w *world) exists(obj client.Object, ns, name string) bool {
 	return w.cluster.direct.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, obj) == nil
 }
@@ -326,7 +352,7 @@ func (w *world) createService() string {
 		Annotations: map[string]string{ipamv1alpha1.ZoneAnnotation: "inet"}},
 		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}}}}
 	if w.s.chance(0.5) {
-		svc.Annotations[ipamv1alpha1.PoolAnnotation] = []string{"inet-a", "inet-b", "inet-c"}[w.s.pick(3)]
+		svc.Annotations[ipamv1alpha1.PoolAnnotation] = movePools[w.s.pick(len(movePools))]
 	}
 	if w.s.chance(0.3) {
 		svc.Annotations[ipamv1alpha1.SecretAnnotation] = "svc"
@@ -351,22 +377,48 @@ func (w *world) deleteService() string { return deleteOneOf(w, "Service", w.serv
 // moveService sets a Service's pool annotation to another of the three pools of its zone
 // and family (or back): a move with the same IPAM-API identity.
 func (w *world) moveService() string {
-	return w.move(w.services())
+	return w.move(w.services(), nil)
 }
 
 // moveWaitingService moves a Service whose claim says it is not bound (a failed request, a
 // wait): what a user does when the address does not come.
 func (w *world) moveWaitingService() string {
-	return w.move(w.servicesWaiting(w.services()))
+	return w.move(w.servicesWaiting(w.services()), nil)
 }
 
-func (w *world) move(ss []corev1.Service) string {
+// moveMovingService moves a Service that still has a claim in a pool it was moved from,
+// to a pool none of its claims is in: a second move before the first has ended.
+func (w *world) moveMovingService() string {
+	pools := map[types.UID][]string{}
+	for _, c := range list(w, &ipamv1.IPAddressClaimList{}).Items {
+		if owner := metav1.GetControllerOf(&c); owner != nil && owner.Kind == "Service" && c.DeletionTimestamp.IsZero() {
+			pools[owner.UID] = append(pools[owner.UID], c.Spec.PoolRef.Name)
+		}
+	}
+	var moving []corev1.Service
+	for _, s := range w.services() {
+		if to := s.Annotations[ipamv1alpha1.PoolAnnotation]; to != "" && slices.ContainsFunc(pools[s.UID], func(p string) bool {
+			return p != to && slices.Contains(movePools, p)
+		}) {
+			moving = append(moving, s)
+		}
+	}
+	return w.move(moving, func(s corev1.Service) []string { return pools[s.UID] })
+}
+
+func (w *world) move(ss []corev1.Service, avoid func(corev1.Service) []string) string {
+	ss = slices.DeleteFunc(slices.Clone(ss), func(s corev1.Service) bool { return w.moves[s.UID] >= 2 })
 	if len(ss) == 0 {
 		return ""
 	}
 	old := ss[w.s.pick(len(ss))]
 	svc := old.DeepCopy()
-	others := slices.DeleteFunc([]string{"inet-a", "inet-b", "inet-c"}, func(p string) bool { return p == svc.Annotations[ipamv1alpha1.PoolAnnotation] })
+	others := slices.DeleteFunc(slices.Clone(movePools), func(p string) bool {
+		return p == svc.Annotations[ipamv1alpha1.PoolAnnotation] || avoid != nil && slices.Contains(avoid(old), p)
+	})
+	if len(others) == 0 {
+		return ""
+	}
 	to := others[w.s.pick(len(others))]
 	svc.Annotations[ipamv1alpha1.PoolAnnotation] = to
 	if _, err := w.serviceWebhook().ValidateUpdate(context.Background(), &old, svc); err != nil {
@@ -376,6 +428,7 @@ func (w *world) move(ss []corev1.Service) string {
 	if err := w.cluster.update(svc); err != nil {
 		return ""
 	}
+	w.moves[svc.UID]++
 	return fmt.Sprintf("moves Service %s/%s to pool %s", svc.Namespace, svc.Name, to)
 }
 

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -61,6 +62,9 @@ type world struct {
 	// the time each is due.
 	recreate []*ipamv1.IPAddressClaim
 	due      map[*ipamv1.IPAddressClaim]time.Time
+	// moves counts each Service's moves: a user gives up after two (a third, back to an
+	// earlier pool, would undo what a stuck second move left behind).
+	moves map[types.UID]int
 	// failed is the first failure; calmAt is when the chaos phase ended.
 	failed  string
 	calmAt  time.Time
@@ -69,7 +73,8 @@ type world struct {
 
 func newWorld(t testing.TB, seed uint64, b budget) *world {
 	s := newSched(seed, time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC))
-	w := &world{t: t, seed: seed, s: s, budget: b, chaos: true, refused: map[objKey]time.Time{}, due: map[*ipamv1.IPAddressClaim]time.Time{}}
+	w := &world{t: t, seed: seed, s: s, budget: b, chaos: true, refused: map[objKey]time.Time{}, due: map[*ipamv1.IPAddressClaim]time.Time{},
+		moves: map[types.UID]int{}}
 	w.cluster = newCluster(s)
 	w.ipam = &ipam{w: w, api: sim.New(sim.Config{Clock: s.clock, RandSeed: seed + 1})}
 	w.mapper = restMapper(w.cluster.scheme)
