@@ -243,7 +243,7 @@ ci: ## What CI runs (.ci/run): make test on the newest Kubernetes, then make tes
 	$(MAKE) test-kube KUBE_VERSION=$(KUBE_VERSION_OLDEST) RUN='$(E2E_ON_OLDEST)'
 
 .PHONY: test-unit
-test-unit: $(PROMTOOL) $(HELM) release ## Only the fast tier: tests that start no control plane (seconds; builds promtool and Helm once), and the seeded simulation.
+test-unit: $(PROMTOOL) $(HELM) $(CLUSTERCTL) release ## Only the fast tier: tests that start no control plane (seconds; builds promtool, Helm and clusterctl once), and the seeded simulation.
 	$(GO_TEST) $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) $(UNIT_PACKAGES)
 	$(SIM_TEST)
 
@@ -341,7 +341,7 @@ helm-package: $(HELM) ## Write the chart's archive to out/charts/, ready for hel
 	$(HELM) package $(CHART) --version $(VERSION:v%=%) --app-version $(VERSION) -d $(CHART_DIR)
 
 # Everything a release of VERSION carries, in one folder: what clusterctl reads (the
-# components, metadata.yaml), the Services flavour, the templates, the chart's archive,
+# components, metadata.yaml), the workload install, the templates, the chart's archive,
 # and their SHA-256 sums. test/release checks it is complete and its versions agree.
 RELEASE_ASSETS := $(ROOT)/out/release/$(VERSION)
 export E2E_RELEASE_ASSETS := $(RELEASE_ASSETS)
@@ -417,8 +417,8 @@ run-sim: ## Run the IPAM-API stand-in on 127.0.0.1:3000 (state in out/ipam-api-s
 	$(GO_STATIC) run -trimpath ./cmd/ipam-api-sim --listen 127.0.0.1:3000 --state-file out/ipam-api-sim.json --debug-listen 127.0.0.1:3001
 
 .PHONY: install-crds
-install-crds: ## Apply the CAPI IPAM and Cluster CRDs (v1beta2 only, as the workload flavour ships them) and this provider's CRDs to the current KUBECONFIG.
-	kubectl apply -f config/services/capi-crds
+install-crds: ## Apply the CAPI IPAM and Cluster CRDs (v1beta2 only, as the workload install ships them) and this provider's CRDs to the current KUBECONFIG.
+	kubectl apply -k config/services/capi-crds
 	kubectl apply -k config/crd
 
 .PHONY: run

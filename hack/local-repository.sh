@@ -2,7 +2,7 @@
 # Builds a clusterctl repository that works with no network but the Go module proxy:
 #
 #   <repo>/ipam-vitistack/<version>/      this provider's release (make release-manifests), with the
-#                                         workload flavour beside it (the e2e installs it too)
+#                                         workload install beside it (the e2e installs it too)
 #   <repo>/cluster-api/<capi>/            core Cluster API    } kustomize build from the
 #   <repo>/bootstrap-kubeadm/<capi>/      kubeadm bootstrap   } sigs.k8s.io/cluster-api
 #   <repo>/control-plane-kubeadm/<capi>/  kubeadm control pl. } module in the Go module cache

@@ -5,7 +5,7 @@
 #
 #   <out>/manager                          the manager, built as the image builds it
 #   <out>/ipam-components.yaml             clusterctl's components (config/default)
-#   <out>/ipam-components-workload.yaml    the Services flavour (config/workload)
+#   <out>/ipam-components-workload.yaml    the workload install (config/workload)
 #   <out>/metadata.yaml                    its release series
 #
 # Usage: hack/previous-release.sh <commit> <version> <out> <kustomize>

@@ -105,11 +105,14 @@ const (
 	// else is sent for the identity or it is released.
 	RegisteredAttemptAnnotation = annotationPrefix + "registered-attempt"
 
-	// RegistrationAnnotation on a claim holds, as JSON, the claim's registration in the
-	// IPAM-API: written before the first request is sent (so a restart finds it), and
-	// completed with the address once the IPAM-API has answered. It lets a deleted claim
-	// be released even if its IPAddress was never created, and a claim whose IPAddress
-	// disappeared get the same address back.
+	// RegistrationAnnotation on a claim holds, as JSON, the claim's pending request to the
+	// IPAM-API: what it is about to send (identity, zone, family, secret, requested or
+	// candidate address, retention), its phase, and when its last request was sent,
+	// written before every request (so a restart, or another claim of the identity, finds
+	// what may still be carried out); and a rotation intent or a refused rotation. Once the
+	// claim is bound, the IPAddress's labels and Registered* annotations are the
+	// registration record; the claim's stays as it was last written. It lets a deleted
+	// claim be released even if its IPAddress was never created.
 	RegistrationAnnotation = annotationPrefix + "registration"
 
 	// RefusedInputsAnnotation on a claim is a digest of what the IPAM-API refused for a

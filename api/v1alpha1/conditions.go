@@ -28,17 +28,19 @@ const (
 	// or MongoDB) is failing.
 	PoolReadyBackendFailingReason = "IPAMAPIBackendFailing"
 
-	// PoolExhaustedCondition is true when a subnet-mode pool has no address left to hand
-	// out; claims wait until one frees up.
+	// PoolExhaustedCondition is true when every usable address of a subnet-mode pool is
+	// bound to a claim; claims wait until one frees up.
 	PoolExhaustedCondition = "Exhausted"
-	// PoolExhaustedReason: every usable address is in use or held elsewhere.
+	// PoolExhaustedReason: every usable address of the subnet is bound (addresses held in
+	// the IPAM-API by others are skipped by claims, not counted here).
 	PoolExhaustedReason = "NoFreeAddress"
 	// PoolNotExhaustedReason: addresses are left.
 	PoolNotExhaustedReason = "AddressesLeft"
 )
 
 // Reasons used on IPAddressClaims beside the CAPI ones (AllocationFailed, PoolNotReady,
-// PoolExhausted), for the Ready condition.
+// PoolExhausted), for the Ready condition: each names its problem, as kubectl, alerts and
+// the Service that repeats it see it; AllocationFailed is left for what has no name.
 const (
 	// ClaimReadyAllocatedReason: the claim has an address.
 	ClaimReadyAllocatedReason = "Allocated"
@@ -50,6 +52,12 @@ const (
 	// ClaimReadyInvalidAnnotationReason: an ipam.vitistack.io annotation on the claim
 	// has a value that cannot be used.
 	ClaimReadyInvalidAnnotationReason = "InvalidAnnotation"
+	// ClaimReadySecretDeletingReason: the Secret that would own the address is being
+	// deleted; nothing new is registered under it.
+	ClaimReadySecretDeletingReason = "SecretDeleting"
+	// ClaimReadyAddressNotInZoneReason: the requested address does not belong to the
+	// pool's zone.
+	ClaimReadyAddressNotInZoneReason = "AddressNotInZone"
 	// ClaimReadyAddressTakenReason: the requested address (or, in subnet mode, the one a
 	// claim that lost its IPAddress was bound to) is held under another secret.
 	ClaimReadyAddressTakenReason = "AddressTaken"
@@ -109,9 +117,6 @@ const (
 
 // Reasons of events that are not a condition's reason.
 const (
-	// EventAddressNotInZoneReason: the requested address does not belong to the pool's
-	// zone (the claim's Ready reason is AllocationFailed).
-	EventAddressNotInZoneReason = "AddressNotInZone"
 	// EventNoPoolReason: no GlobalVitistackIPPool serves a Service's zone and family.
 	EventNoPoolReason = "NoPool"
 	// EventMetalLBAssignedReason: MetalLB announces, for a Service, an address the
@@ -120,4 +125,13 @@ const (
 	// EventReleasedReason: a claim's address was released with a retention that keeps
 	// it for the claim's identity.
 	EventReleasedReason = "Released"
+	// EventSecretRotatedReason: the IPAM-API accepted a claim's new secret (the
+	// SecretRotated condition's reason is Rotated).
+	EventSecretRotatedReason = "SecretRotated"
+	// EventAnnotationIgnoredReason: a bound claim's annotations ask for another address or
+	// IPAM-API identity, which a bound claim never takes.
+	EventAnnotationIgnoredReason = "AnnotationIgnored"
+	// EventAddressReturnedReason: a claim that asked for any address was given one its
+	// IPAM-API identity held already (a retained address, or a lost answer's).
+	EventAddressReturnedReason = "AddressReturned"
 )

@@ -209,7 +209,7 @@ type VitistackIPPoolStatus struct {
 // +kubebuilder:printcolumn:name="Subnet",type="string",JSONPath=".spec.subnet",description="Node network (subnet mode)"
 // +kubebuilder:printcolumn:name="In use",type="integer",JSONPath=".status.addressesInUse",description="Addresses allocated from this pool"
 // +kubebuilder:printcolumn:name="Ready",type="string",JSONPath=".status.conditions[?(@.type=='Ready')].status",description="Whether the pool can serve claims"
-// +kubebuilder:printcolumn:name="Reason",type="string",JSONPath=".status.conditions[?(@.type=='Ready')].reason",priority=1,description="Why the pool is (not) ready"
+// +kubebuilder:printcolumn:name="Reason",type="string",JSONPath=".status.conditions[?(@.type=='Ready')].reason",description="Why the pool is (not) ready"
 // +kubebuilder:printcolumn:name="Age",type="date",JSONPath=".metadata.creationTimestamp",description="Time since creation"
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 63",message="metadata.name must be at most 63 characters: it is written into the ipam.vitistack.io/pool-name label of every IPAddress"
 
@@ -254,7 +254,7 @@ type VitistackIPPoolList struct {
 // +kubebuilder:printcolumn:name="Subnet",type="string",JSONPath=".spec.subnet",description="Node network (subnet mode)"
 // +kubebuilder:printcolumn:name="In use",type="integer",JSONPath=".status.addressesInUse",description="Addresses allocated from this pool"
 // +kubebuilder:printcolumn:name="Ready",type="string",JSONPath=".status.conditions[?(@.type=='Ready')].status",description="Whether the pool can serve claims"
-// +kubebuilder:printcolumn:name="Reason",type="string",JSONPath=".status.conditions[?(@.type=='Ready')].reason",priority=1,description="Why the pool is (not) ready"
+// +kubebuilder:printcolumn:name="Reason",type="string",JSONPath=".status.conditions[?(@.type=='Ready')].reason",description="Why the pool is (not) ready"
 // +kubebuilder:printcolumn:name="Age",type="date",JSONPath=".metadata.creationTimestamp",description="Time since creation"
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 63",message="metadata.name must be at most 63 characters: it is written into the ipam.vitistack.io/pool-name label of every IPAddress"
 

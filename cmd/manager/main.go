@@ -20,6 +20,7 @@ import (
 
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/diagnostics"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/manager"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -94,6 +95,8 @@ func run(args []string) error {
 		fmt.Println(version)
 		return nil
 	}
+	// Every request to the IPAM-API names the provider and this version (User-Agent).
+	ipamapi.Version = version
 	if err := logsv1.ValidateAndApply(s.logOptions, nil); err != nil {
 		return err
 	}
@@ -152,6 +155,11 @@ func run(args []string) error {
 	}
 	if err := mgr.AddReadyzCheck("readyz", readyz); err != nil {
 		return err
+	}
+	if s.opts.IPAMAPIURL == "" {
+		// No default on purpose (the IPAM-API registers what it is sent without
+		// authentication): a pool names its own with spec.endpoint, or it is not served.
+		setupLog.Info("No --ipam-api-url: only pools with spec.endpoint are served, the others are not Ready")
 	}
 	setupLog.Info("Starting manager", "version", version, "ipamAPIURL", s.opts.IPAMAPIURL,
 		"maxConcurrentReconciles", s.opts.MaxConcurrentReconciles, "goMemLimit", memLimitString(memLimit))

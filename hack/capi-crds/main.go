@@ -1,4 +1,4 @@
-// Command capi-crds writes the Cluster API CRDs that the Service flavour ships into a
+// Command capi-crds writes the Cluster API CRDs that the workload install ships into a
 // workload cluster without CAPI core: IPAddressClaim, IPAddress and Cluster (ipamutil
 // watches Clusters), each with only its v1beta2 version, so no conversion webhook is
 // needed. `make manifests` runs it; CI checks that its output is up to date.

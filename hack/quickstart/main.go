@@ -113,32 +113,22 @@ func run(ctx context.Context, stop func(), o options) error {
 	}
 	defer cp.Stop()
 
-	step("clusterctl init --ipam vitistack (offline repository %s)", paths.Repository)
-	vars := map[string]string{"VITISTACK_IPAM_API_URL": sim.URL}
+	// VITISTACK_SERVICES=true turns the Service controller and its webhook on, as a user
+	// who wants LoadBalancer Services on a management cluster installs it.
+	step("VITISTACK_SERVICES=true clusterctl init --ipam vitistack (offline repository %s)", paths.Repository)
+	vars := map[string]string{"VITISTACK_IPAM_API_URL": sim.URL, "VITISTACK_SERVICES": "true"}
 	out, err := cp.Init(ctx, vars)
 	if err != nil {
 		return err
 	}
 	fmt.Print(indent(out))
 
-	// The Service webhook is not part of the management-cluster install (it comes with
-	// --enable-service-controller): it is taken from the Services flavour of the same
-	// release, as a user who turns the Service controller on installs it.
-	step("Installing the Service webhook's configuration (from ipam-components-workload.yaml)")
-	if _, err := cp.InstallServiceWebhook(ctx, vars); err != nil {
-		return err
-	}
-
-	// The Service controller on a management cluster keeps its default secret in the
-	// provider's namespace, where the clusterctl flavour lets it create one (the Services
-	// flavour ships ipam-system for that instead).
-	args := []string{"--enable-service-controller", "--default-secret-namespace=capi-ipam-vitistack-system"}
-	step("Starting the manager (the installed Deployment's arguments, as its ServiceAccount, plus %s)", strings.Join(args, " "))
-	mgr, err := cp.StartManager(ctx, nil, args...)
+	step("Starting the manager (the installed Deployment's arguments, as its ServiceAccount)")
+	mgr, err := cp.StartManager(ctx, nil)
 	if err != nil {
 		return err
 	}
-	sup := &supervisor{cp: cp, args: args, restart: o.restart, mgr: mgr}
+	sup := &supervisor{cp: cp, restart: o.restart, mgr: mgr}
 	defer sup.stop()
 	restarting := "restarted when it dies"
 	if !o.restart {
@@ -187,7 +177,7 @@ func run(ctx context.Context, stop func(), o options) error {
 	if o.builtIn > 0 {
 		took = fmt.Sprintf("built in %s, %s", o.builtIn.Round(time.Second), took)
 	}
-	fmt.Printf(readyText, took, cp.Kubeconfig, sim.DebugURL, dir)
+	fmt.Printf(readyText, took, cp.Kubeconfig, sim.DebugURL, sup.current().MetricsURL, dir)
 	<-ctx.Done()
 	stop() // a second Ctrl-C ends the quickstart at once
 	fmt.Println()
@@ -207,6 +197,7 @@ Ready (%s). Explore with kubectl:
   make status
 
 What the IPAM-API stand-in holds:  curl -s %s/registrations
+The manager's metrics:             curl -s %s   (a new port after a restart: printed then)
 Logs (manager, kube-apiserver, stand-in): %s
 
 Press Ctrl-C to stop everything.

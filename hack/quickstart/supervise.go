@@ -15,7 +15,6 @@ import (
 // restart false it only says so.
 type supervisor struct {
 	cp      *localcluster.ControlPlane
-	args    []string
 	restart bool
 
 	mu  sync.Mutex
@@ -54,12 +53,13 @@ func (s *supervisor) watch(ctx context.Context) {
 		}
 		for {
 			step("Restarting the manager")
-			next, err := s.cp.StartManager(ctx, nil, s.args...)
+			next, err := s.cp.StartManager(ctx, nil)
 			if err == nil {
 				s.mu.Lock()
 				s.mgr = next
 				s.mu.Unlock()
 				step("The manager runs again (pid %d, log %s)", next.Pid(), next.LogFile)
+				step("Its metrics: curl -s %s", next.MetricsURL)
 				pause = time.Second
 				break
 			}

@@ -222,7 +222,7 @@ func TestClaimRequestedAddress(t *testing.T) {
 
 	// An address of the wrong family is refused with a message naming the annotation.
 	bad := newClaim(t, ns.Name, "wrong-family", pool.Name, map[string]string{"ipam.vitistack.io/addresses": "2a05:1234::9"})
-	cond := readyCondition(t, bad, metav1.ConditionFalse, "AllocationFailed")
+	cond := readyCondition(t, bad, metav1.ConditionFalse, "InvalidAnnotation")
 	g.Expect(cond.Message).To(ContainSubstring("annotation ipam.vitistack.io/addresses"))
 	g.Expect(cond.Message).To(ContainSubstring("has no ipv4 address"))
 	hasEvent(t, bad, corev1.EventTypeWarning, "InvalidAnnotation", "ipam.vitistack.io/addresses")
@@ -317,7 +317,7 @@ func TestClaimConditionsForUserFixableFailures(t *testing.T) {
 			`"service":{"service_name":"elsewhere","namespace_id":"x","cluster_id":"y"}}`)
 		pool := newPool(t, ns.Name, "shared", routedPool("hnet-private", ipamv1alpha1.IPv4))
 		thief := newClaim(t, ns.Name, "thief", pool.Name, map[string]string{"ipam.vitistack.io/addresses": held})
-		cond := readyCondition(t, thief, metav1.ConditionFalse, "AllocationFailed")
+		cond := readyCondition(t, thief, metav1.ConditionFalse, "AddressTaken")
 		g.Expect(cond.Message).To(ContainSubstring("address " + held + "/32 is held under another secret"))
 		hasEvent(t, thief, corev1.EventTypeWarning, "AddressTaken", held)
 		g.Expect(holdersOf(held+"/32")).To(HaveLen(1), "the owner keeps it alone")
@@ -369,7 +369,7 @@ func TestClaimConditionsForUserFixableFailures(t *testing.T) {
 		spec.Endpoint = "http://127.0.0.1:1"
 		pool := newPool(t, ns.Name, "unreachable", spec)
 		claim := newClaim(t, ns.Name, "stranded", pool.Name, nil)
-		cond := readyCondition(t, claim, metav1.ConditionFalse, "AllocationFailed")
+		cond := readyCondition(t, claim, metav1.ConditionFalse, "IPAMAPIUnreachable")
 		g.Expect(cond.Message).To(ContainSubstring("the IPAM-API at http://127.0.0.1:1 could not be reached"))
 		hasEvent(t, claim, corev1.EventTypeWarning, "IPAMAPIUnreachable", "127.0.0.1:1")
 		poolReady(t, pool, metav1.ConditionFalse, "IPAMAPIUnreachable", "127.0.0.1:1")
@@ -447,7 +447,7 @@ func TestIdentityOverrideNeedsThePoolsConsent(t *testing.T) {
 	ns := newNamespace(t)
 	pool := newPool(t, ns.Name, "strict", routedPool("hnet-private", ipamv1alpha1.IPv4))
 	claim := newClaim(t, ns.Name, "impostor", pool.Name, map[string]string{"ipam.vitistack.io/cluster-id": "another-tenants-cluster"})
-	cond := readyCondition(t, claim, metav1.ConditionFalse, "AllocationFailed")
+	cond := readyCondition(t, claim, metav1.ConditionFalse, "IdentityOverrideNotAllowed")
 	g.Expect(cond.Message).To(ContainSubstring("spec.allowIdentityOverrides"))
 	hasEvent(t, claim, corev1.EventTypeWarning, "IdentityOverrideNotAllowed", "ipam.vitistack.io/cluster-id")
 	g.Expect(env.Sim.HeldBy(sim.ServiceRef{ServiceName: "impostor", NamespaceID: uidOf(t, ns.Name), ClusterID: "another-tenants-cluster"})).To(BeEmpty())

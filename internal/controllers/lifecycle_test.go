@@ -202,7 +202,7 @@ func TestDuplicateIdentityIsRefused(t *testing.T) {
 	a := newClaim(t, ns.Name, "a", pool.Name, map[string]string{"ipam.vitistack.io/service-name": "same"})
 	boundAddress(t, a)
 	b := newClaim(t, ns.Name, "b", pool.Name, map[string]string{"ipam.vitistack.io/service-name": "same"})
-	cond := readyCondition(t, b, metav1.ConditionFalse, "AllocationFailed")
+	cond := readyCondition(t, b, metav1.ConditionFalse, "IdentityInUse")
 	g.Expect(cond.Message).To(MatchRegexp(`already used by IPAddress(Claim)? ` + ns.Name + `/a;`))
 	hasEvent(t, b, corev1.EventTypeWarning, "IdentityInUse", "ipam.vitistack.io/service-name")
 }

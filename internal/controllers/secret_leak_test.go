@@ -53,7 +53,7 @@ func TestSecretValuesNeverLeak(t *testing.T) {
 	bad := newClaim(t, ns.Name, "bad", pool.Name, map[string]string{
 		"ipam.vitistack.io/addresses": "83.118.171.78", "ipam.vitistack.io/secret": "wrong",
 	})
-	readyCondition(t, bad, metav1.ConditionFalse, "AllocationFailed")
+	readyCondition(t, bad, metav1.ConditionFalse, "AddressTaken")
 	deleteAndWait(t, ok)
 	poolReady(t, pool, metav1.ConditionTrue, "Ready", "accepts zone inet")
 

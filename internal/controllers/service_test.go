@@ -161,10 +161,14 @@ func TestServiceIPv6AndDualStack(t *testing.T) {
 	g.Expect(env.Sim.HeldBy(operatorIdentity(t, dual))).To(HaveLen(2), "one registration per family, one identity")
 
 	// Dropping a family releases its address and keeps the other. The user changes
-	// ipam.vitistack.io/ip-family alone, as the README says: the addresses annotation
-	// the controller wrote still names the IPv6 address, and the controller takes it out.
+	// ipam.vitistack.io/ip-family and the Service's families in one patch (docs/services.md
+	// adds MetalLB's annotation, for MetalLB, which this test does not run): the addresses
+	// annotation the controller wrote still names the IPv6 address, and the controller
+	// takes it out.
 	before := got.DeepCopy()
 	got.Annotations["ipam.vitistack.io/ip-family"] = "ipv4"
+	got.Spec.IPFamilyPolicy = ptr.To(corev1.IPFamilyPolicySingleStack)
+	got.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol}
 	g.Expect(env.Client.Patch(ctx, got, client.MergeFrom(before))).To(Succeed())
 	g.Eventually(func(g Gomega) {
 		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(dual), got)).To(Succeed())

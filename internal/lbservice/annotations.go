@@ -189,16 +189,28 @@ func checkServiceFamilies(svc *corev1.Service, fams []ipamapi.Family, p *field.P
 	if len(svc.Spec.IPFamilies) == 0 {
 		return errs
 	}
+	if len(fams) == 1 && len(svc.Spec.IPFamilies) == 2 {
+		// MetalLB takes one address per family the Service has: it refuses a single
+		// address for a dual-stack Service ("does not match the ipFamily of the service").
+		errs = append(errs, field.Invalid(p, string(fams[0]), fmt.Sprintf("gives the Service one address, but it has two IP families "+
+			"(spec.ipFamilies %v) and MetalLB refuses one address for it: ask for %s, or set spec.ipFamilyPolicy SingleStack and "+
+			"spec.ipFamilies [%s] in the same change", svc.Spec.IPFamilies, FamilyDual, familyOf(fams[0]))))
+		return errs
+	}
 	for _, f := range fams {
-		want := corev1.IPv4Protocol
-		if f == ipamapi.FamilyIPv6 {
-			want = corev1.IPv6Protocol
-		}
-		if !slices.Contains(svc.Spec.IPFamilies, want) {
+		if want := familyOf(f); !slices.Contains(svc.Spec.IPFamilies, want) {
 			errs = append(errs, field.Invalid(p, string(f), fmt.Sprintf("the Service's spec.ipFamilies %v cannot carry an %s address", svc.Spec.IPFamilies, f)))
 		}
 	}
 	return errs
+}
+
+// familyOf is the Service IP family of an IPAM-API family.
+func familyOf(f ipamapi.Family) corev1.IPFamily {
+	if f == ipamapi.FamilyIPv6 {
+		return corev1.IPv6Protocol
+	}
+	return corev1.IPv4Protocol
 }
 
 // Served reports whether a Service is one the Service controller gives addresses to:

@@ -26,8 +26,10 @@ type MetalLBPool struct {
 	AutoAssign bool
 }
 
-// StandInPools are MetalLB pools covering the IPAM-API stand-in's zones, with
-// autoAssign false, as the provider's documentation tells users to set them.
+// StandInPools are MetalLB pools covering the IPAM-API stand-in's zones, one per zone,
+// with autoAssign false, as the provider's documentation tells users to set them. A
+// zone's pool holds both its families: MetalLB (v0.15) takes a dual-stack Service's
+// two addresses from one pool, and refuses a pair that no single pool holds.
 func StandInPools() []MetalLBPool {
 	return []MetalLBPool{
 		{Name: "inet", Addresses: []string{"83.118.168.0/22", "2a05:1234::/64"}},

@@ -5,52 +5,54 @@ import (
 	"context"
 	"io"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/pkg/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 )
 
-// InstallServiceWebhook applies the Service webhook's configuration of the release's
-// Services flavour (ipam-components-workload.yaml, rendered with vars), as a user who
-// turns the Service controller on (--enable-service-controller) on a management
-// cluster installs it. It carries the provider's label, so it is routed to the local
-// manager with the pool webhooks. It returns the configuration's name.
-func (c *ControlPlane) InstallServiceWebhook(ctx context.Context, vars map[string]string) (string, error) {
-	file := filepath.Join(c.paths.Repository, "ipam-vitistack", c.paths.Version, "ipam-components-workload.yaml")
-	rendered, err := c.GenerateYAML(ctx, vars, file)
+// SetServiceWebhook turns the Service webhook of the management install on or off, as
+// VITISTACK_SERVICES does (on: for a manager started with --enable-service-controller):
+// it renders the release's ipam-components.yaml with vars and VITISTACK_SERVICES, and
+// applies its Service webhook configuration (installed with the provider, calling nobody
+// while off). A running manager's routed configurations point at their Service while it
+// is applied (a configuration with both a URL and a Service is invalid), and at the
+// manager again after.
+func (c *ControlPlane) SetServiceWebhook(ctx context.Context, vars map[string]string, on bool) error {
+	file := filepath.Join(c.paths.Repository, "ipam-vitistack", c.paths.Version, "ipam-components.yaml")
+	withServices := map[string]string{"VITISTACK_SERVICES": strconv.FormatBool(on)}
+	for k, v := range vars {
+		if k != "VITISTACK_SERVICES" {
+			withServices[k] = v
+		}
+	}
+	rendered, err := c.GenerateYAML(ctx, withServices, file)
 	if err != nil {
-		return "", err
+		return err
 	}
 	obj, err := serviceWebhookOf(rendered)
 	if err != nil {
-		return "", errors.Wrapf(err, "reading %s", file)
+		return errors.Wrapf(err, "reading %s", file)
 	}
 	doc, err := yaml.Marshal(obj.Object)
 	if err != nil {
-		return "", err
+		return err
 	}
-	if _, err = c.Apply(ctx, string(doc)); err != nil {
-		return "", err
-	}
-	if c.webhookPort != 0 { // a manager runs: route the new configuration to it
-		if err := c.RouteWebhooks(ctx); err != nil {
-			return "", err
+	if c.webhookPort != 0 {
+		if err := c.UnrouteWebhooks(ctx); err != nil {
+			return err
 		}
 	}
-	return obj.GetName(), nil
-}
-
-// RemoveServiceWebhook deletes what InstallServiceWebhook applied.
-func (c *ControlPlane) RemoveServiceWebhook(ctx context.Context, name string) error {
-	obj := &unstructured.Unstructured{}
-	obj.SetAPIVersion("admissionregistration.k8s.io/v1")
-	obj.SetKind("ValidatingWebhookConfiguration")
-	obj.SetName(name)
-	return client.IgnoreNotFound(c.Client.Delete(ctx, obj))
+	if _, err = c.Apply(ctx, string(doc)); err != nil {
+		return err
+	}
+	if c.webhookPort != 0 { // a manager runs: route the configurations to it again
+		return c.RouteWebhooks(ctx)
+	}
+	return nil
 }
 
 // serviceWebhookOf returns the ValidatingWebhookConfiguration for Services out of a

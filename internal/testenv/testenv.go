@@ -134,7 +134,7 @@ func Start(ctx context.Context, opts manager.Options) (*Env, error) {
 		CRDInstallOptions: envtest.CRDInstallOptions{
 			Paths: []string{
 				filepath.Join(root, "config", "crd", "bases"),
-				// CAPI's IPAddressClaim, IPAddress and Cluster CRDs as the workload flavour
+				// CAPI's IPAddressClaim, IPAddress and Cluster CRDs as the workload install
 				// ships them (v1beta2 only), generated from the CAPI module.
 				filepath.Join(root, "config", "services", "capi-crds"),
 			},

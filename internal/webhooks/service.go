@@ -81,9 +81,27 @@ func (w *Service) ValidateUpdate(ctx context.Context, oldSvc, svc *corev1.Servic
 		return nil, nil
 	}
 	if w.serves(oldSvc) && sameServiceSpec(oldSvc, svc) && onlyRemovesAnnotations(oldSvc, svc) {
-		return nil, nil
+		if slices.Equal(oldSvc.Spec.Ports, svc.Spec.Ports) {
+			return nil, nil
+		}
+		// New ports: MetalLB withdraws a shared address from a Service whose ports now
+		// overlap another's, so the sharing is judged again (nothing else is).
+		return nil, w.validateSharing(ctx, svc)
 	}
 	return nil, w.validate(ctx, oldSvc, svc)
+}
+
+// validateSharing judges only what the Service shares with others (see checkSharing).
+func (w *Service) validateSharing(ctx context.Context, svc *corev1.Service) error {
+	spec, _ := lbservice.Parse(svc, w.DefaultZone)
+	errs, err := w.checkSharing(ctx, svc, spec)
+	if err != nil {
+		return apierrors.NewInternalError(err)
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return apierrors.NewInvalid(serviceGroupKind, svc.Name, errs)
 }
 
 // ValidateDelete allows every delete: releasing is the controller's job.
@@ -135,6 +153,7 @@ func (w *Service) validate(ctx context.Context, old, svc *corev1.Service) error 
 	if old == nil || old.Annotations[ipamv1alpha1.AddressesAnnotation] != svc.Annotations[ipamv1alpha1.AddressesAnnotation] {
 		errs = append(errs, lbservice.DroppedErrors(svc, spec)...)
 	}
+	errs = append(errs, growsPreferring(old, svc, spec)...)
 
 	poolErrs, err := w.checkPools(ctx, svc, spec)
 	if err != nil {
@@ -162,6 +181,26 @@ func (w *Service) validate(ctx context.Context, old, svc *corev1.Service) error 
 	ctrl.LoggerFrom(ctx).V(4).Info("Refusing Service: invalid ipam.vitistack.io annotations",
 		"Service", klog.KObj(svc), "problems", len(errs))
 	return apierrors.NewInvalid(serviceGroupKind, svc.Name, errs)
+}
+
+// growsPreferring refuses a switch of a Service of one IP family to dual stack under
+// spec.ipFamilyPolicy PreferDualStack: MetalLB's controller gives a PreferDualStack Service
+// that has one address an address of the other family itself, from the same MetalLB pool
+// and whatever its autoAssign says, before the provider hands the registered one over; the
+// IPAM-API may hold that address for someone else. With RequireDualStack it waits.
+func growsPreferring(old, svc *corev1.Service, spec *lbservice.Spec) field.ErrorList {
+	if old == nil || len(spec.Families) != 2 || svc.Spec.IPFamilyPolicy == nil || *svc.Spec.IPFamilyPolicy != corev1.IPFamilyPolicyPreferDualStack {
+		return nil
+	}
+	// Only a Service that had one IP family can have one address MetalLB would add to (a
+	// Service of two families already, asking for one, has none: MetalLB refuses it).
+	before, _ := lbservice.Parse(old, "")
+	if len(before.Families) != 1 || len(old.Spec.IPFamilies) > 1 {
+		return nil
+	}
+	return field.ErrorList{field.Invalid(field.NewPath("spec", "ipFamilyPolicy"), string(corev1.IPFamilyPolicyPreferDualStack),
+		"a switch to dual stack needs RequireDualStack: with PreferDualStack, MetalLB gives the Service an address of the new family "+
+			"itself, which the IPAM-API may hold for someone else, before the provider hands over the one it registered")}
 }
 
 // uncached returns APIReader, else Client.

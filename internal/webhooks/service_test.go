@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/webhooks"
 )
 
 const (
@@ -103,6 +104,10 @@ func TestServiceWebhookRejectsBadAnnotations(t *testing.T) {
 			want: []string{`metadata.annotations[ipam.vitistack.io/ip-family]: Invalid value: "dual": dual needs spec.ipFamilyPolicy PreferDualStack or RequireDualStack; this Service is SingleStack`}},
 		{name: "ipv6 on an IPv4 Service", ann: map[string]string{zoneAnn: "inet", familyAnn: "ipv6"},
 			want: []string{`metadata.annotations[ipam.vitistack.io/ip-family]: Invalid value: "ipv6": the Service's spec.ipFamilies [IPv4] cannot carry an ipv6 address`}},
+		{name: "ipv4 on a dual-stack Service", ann: map[string]string{zoneAnn: "inet"}, mutate: dualStack,
+			want: []string{`metadata.annotations[ipam.vitistack.io/ip-family]: Invalid value: "ipv4": gives the Service one address, but it has two IP families ` +
+				`(spec.ipFamilies [IPv4 IPv6]) and MetalLB refuses one address for it: ask for dual, or set spec.ipFamilyPolicy SingleStack and ` +
+				`spec.ipFamilies [IPv4] in the same change`}},
 		{name: "ipv4 on an IPv6 Service", ann: map[string]string{zoneAnn: "inet"}, mutate: v6Only,
 			want: []string{`metadata.annotations[ipam.vitistack.io/ip-family]: Invalid value: "ipv4": the Service's spec.ipFamilies [IPv6] cannot carry an ipv4 address`}},
 		// 3. addresses
@@ -206,7 +211,6 @@ func TestServiceWebhookAllows(t *testing.T) {
 		{name: "valid dual", ann: map[string]string{zoneAnn: "inet", familyAnn: "dual", addressesAnn: "83.118.168.12, 2a05:1234::12"}, mutate: dualStack},
 		{name: "valid dual with named pools", ann: map[string]string{zoneAnn: "inet", familyAnn: "dual", poolAnn: p.inetV6 + "," + p.inetV4},
 			mutate: func(s *corev1.Service) { s.Spec.IPFamilyPolicy = ptr.To(corev1.IPFamilyPolicyRequireDualStack) }},
-		{name: "ipv4 on a dual-stack Service", ann: map[string]string{zoneAnn: "inet"}, mutate: dualStack},
 		{name: "a ClusterIP Service with garbage annotations", ann: garbage,
 			mutate: func(s *corev1.Service) { s.Spec.Type = corev1.ServiceTypeClusterIP }},
 		{name: "a LoadBalancer Service in kube-system with garbage annotations", ns: "kube-system", ann: garbage},
@@ -291,9 +295,11 @@ func TestServiceWebhookUpdates(t *testing.T) {
 	g.Expect(env.Client.Delete(ctx, svc)).To(Succeed())
 }
 
-// A dual-stack Service goes to ipv4 by its ip-family annotation alone: the addresses
-// annotation still names the IPv6 address the controller wrote, which it takes out, so
-// the update passes. A user who writes an address of a family not asked for is refused.
+// A dual-stack Service goes to ipv4 by its ip-family annotation and SingleStack in one
+// change (the annotation alone is refused: MetalLB refuses one address for a Service of
+// two families): the addresses annotation still names the IPv6 address the controller
+// wrote, which it takes out, so the update passes. A user who writes an address of a
+// family not asked for is refused.
 func TestServiceWebhookLetsAFamilyGo(t *testing.T) {
 	g := NewWithT(t)
 	p := serviceSetup(t)
@@ -303,8 +309,15 @@ func TestServiceWebhookLetsAFamilyGo(t *testing.T) {
 	update := func(mutate func(*corev1.Service)) error {
 		return updateService(client.ObjectKeyFromObject(svc), mutate)
 	}
-	g.Expect(update(func(s *corev1.Service) { s.Annotations[familyAnn] = "ipv4" })).To(Succeed())
-	err := update(func(s *corev1.Service) { s.Annotations[addressesAnn] = "83.118.168.6,2a05:1234::6" })
+	err := update(func(s *corev1.Service) { s.Annotations[familyAnn] = "ipv4" })
+	g.Expect(err).To(HaveOccurred())
+	g.Expect(err.Error()).To(ContainSubstring(`set spec.ipFamilyPolicy SingleStack and spec.ipFamilies [IPv4] in the same change`))
+	g.Expect(update(func(s *corev1.Service) {
+		s.Annotations[familyAnn] = "ipv4"
+		s.Spec.IPFamilyPolicy = ptr.To(corev1.IPFamilyPolicySingleStack)
+		s.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol}
+	})).To(Succeed())
+	err = update(func(s *corev1.Service) { s.Annotations[addressesAnn] = "83.118.168.6,2a05:1234::6" })
 	g.Expect(err).To(HaveOccurred())
 	g.Expect(err.Error()).To(ContainSubstring(`metadata.annotations[ipam.vitistack.io/addresses]: Invalid value: "83.118.168.6,2a05:1234::6": ` +
 		`has an ipv6 address, but ipam.vitistack.io/ip-family is "ipv4": remove it, or ask for dual`))
@@ -314,7 +327,7 @@ func TestServiceWebhookLetsAFamilyGo(t *testing.T) {
 // Two Services may share an address only on ports that do not overlap, as MetalLB
 // shares it only then: the second one asking for the first one's address with the same
 // share key on the same port is refused, naming the other Service and the port; on
-// another port it is admitted.
+// another port it is admitted, and then refused a change of its port to the first one's.
 func TestServiceWebhookRefusesASharedAddressOnAnOverlappingPort(t *testing.T) {
 	g := NewWithT(t)
 	p := serviceSetup(t)
@@ -328,6 +341,12 @@ func TestServiceWebhookRefusesASharedAddressOnAnOverlappingPort(t *testing.T) {
 	https := lbService(p.ns, "https", ann)
 	https.Spec.Ports[0].Port = 443
 	g.Expect(env.Client.Create(ctx, https)).To(Succeed())
+
+	// Editing the port of the one on 443 to 80, and nothing else, is refused as well.
+	err = updateService(client.ObjectKeyFromObject(https), func(s *corev1.Service) { s.Spec.Ports[0].Port = 80 })
+	g.Expect(err).To(HaveOccurred())
+	g.Expect(err.Error()).To(ContainSubstring(`Service ` + p.ns + `/http shares this key and the address 83.118.168.7, and also uses TCP/80`))
+	g.Expect(updateService(client.ObjectKeyFromObject(https), func(s *corev1.Service) { s.Spec.Ports[0].Port = 8443 })).To(Succeed())
 }
 
 // updateService changes the Service as stored, retrying on a conflict.
@@ -358,4 +377,40 @@ func TestServiceWebhookConfiguration(t *testing.T) {
 	g.Expect(*wh.TimeoutSeconds).To(BeEquivalentTo(5))
 	g.Expect(*wh.FailurePolicy).To(Equal(admissionregistrationv1.Fail))
 	g.Expect(*wh.SideEffects).To(Equal(admissionregistrationv1.SideEffectClassNone))
+}
+
+// A Service of one family switches to dual stack under RequireDualStack: under
+// PreferDualStack MetalLB would give it an address of the new family itself, so the
+// switch is refused, naming the policy to use.
+func TestServiceWebhookSwitchesToDualStackOnlyRequired(t *testing.T) {
+	g := NewWithT(t)
+	p := serviceSetup(t)
+	svc := lbService(p.ns, "grow", map[string]string{zoneAnn: "inet"})
+	g.Expect(env.Client.Create(ctx, svc)).To(Succeed())
+	update := func(policy corev1.IPFamilyPolicy) error {
+		return updateService(client.ObjectKeyFromObject(svc), func(s *corev1.Service) {
+			s.Annotations[familyAnn] = "dual"
+			s.Spec.IPFamilyPolicy = ptr.To(policy)
+			s.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}
+		})
+	}
+	err := update(corev1.IPFamilyPolicyPreferDualStack)
+	g.Expect(err).To(HaveOccurred())
+	g.Expect(err.Error()).To(ContainSubstring(`spec.ipFamilyPolicy: Invalid value: "PreferDualStack": a switch to dual stack needs RequireDualStack`))
+	g.Expect(update(corev1.IPFamilyPolicyRequireDualStack)).To(Succeed())
+	g.Expect(env.Client.Delete(ctx, svc)).To(Succeed())
+
+	// A Service of two IP families that asked for one (refused since, but made before)
+	// has no address from MetalLB: asking for dual under PreferDualStack fixes it.
+	old := lbService(p.ns, "two", map[string]string{zoneAnn: "inet", familyAnn: "dual"})
+	dualStack(old)
+	g.Expect(env.Client.Create(ctx, old)).To(Succeed())
+	before := &corev1.Service{}
+	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(old), before)).To(Succeed())
+	before.Annotations[familyAnn] = "ipv4"
+	now := before.DeepCopy()
+	now.Annotations[familyAnn] = "dual"
+	_, err = (&webhooks.Service{Client: env.Client, APIReader: env.Client, DefaultZone: "hnet-private"}).ValidateUpdate(ctx, before, now)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(env.Client.Delete(ctx, old)).To(Succeed())
 }

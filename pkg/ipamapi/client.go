@@ -43,6 +43,23 @@ type Options struct {
 // DefaultTimeout is the per-request deadline when Options.Timeout is zero.
 const DefaultTimeout = 10 * time.Second
 
+// Product is the product of the User-Agent every request carries, Product/Version.
+const Product = "cluster-api-ipam-provider-vitistack"
+
+// Version is the provider's version in the User-Agent of every request, so that the
+// IPAM-API's log tells the provider's requests, and its release, apart from others. The
+// manager sets it at its start to the version it was built with (-X main.version).
+var Version = "dev"
+
+// UserAgent is the User-Agent header of every request: Product/Version.
+func UserAgent() string {
+	v := Version
+	if v == "" {
+		v = "dev"
+	}
+	return Product + "/" + v
+}
+
 // HTTPClient is the Client for the real IPAM-API.
 type HTTPClient struct {
 	base    *url.URL
@@ -54,7 +71,7 @@ type HTTPClient struct {
 var _ Client = &HTTPClient{}
 
 // NewClient returns a client for the IPAM-API at endpoint, for example
-// "https://ipam-api.vitistack.io". A trailing "/v2" is accepted and ignored.
+// "https://ipam-api.example.org". A trailing "/v2" is accepted and ignored.
 func NewClient(endpoint string, opts Options) (*HTTPClient, error) {
 	base, err := ParseEndpoint(endpoint)
 	if err != nil {
@@ -102,7 +119,7 @@ func NormalizeEndpoint(endpoint string) string {
 func ParseEndpoint(endpoint string) (*url.URL, error) {
 	u, err := url.Parse(strings.TrimSpace(endpoint))
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, errors.Errorf("IPAM-API endpoint %q is not an http:// or https:// URL, for example https://ipam-api.vitistack.io", endpoint)
+		return nil, errors.Errorf("IPAM-API endpoint %q is not an http:// or https:// URL, for example https://ipam-api.example.org", endpoint)
 	}
 	u.Path = strings.TrimSuffix(strings.TrimSuffix(u.Path, "/"), "/v2")
 	u.RawQuery, u.Fragment = "", ""
@@ -145,6 +162,7 @@ func (c *HTTPClient) do(ctx context.Context, op, method, path string, req Reques
 	}
 	hreq.Header.Set("Content-Type", "application/json")
 	hreq.Header.Set("Accept", "application/json")
+	hreq.Header.Set("User-Agent", UserAgent())
 
 	start, status := time.Now(), 0
 	defer func() {

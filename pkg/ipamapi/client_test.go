@@ -132,7 +132,7 @@ func TestErrorClasses(t *testing.T) {
 
 	g.Expect(s.FailNext(1, http.StatusInternalServerError, `{"message":"Could not register address: {\"prefix\":[\"Duplicate prefix found\"]}"}`)).To(Succeed())
 	_, err = c.Register(ctx, req("x", "inet", ipamapi.FamilyIPv4, ""))
-	expectClass(g, err, ipamapi.ClassTransient, "Duplicate prefix found")
+	expectClass(g, err, ipamapi.ClassBackendFailing, "Duplicate prefix found")
 
 	g.Expect(s.FailNext(1, http.StatusInternalServerError, `{"message":"Could not register address: failed to save address: mongo down"}`)).To(Succeed())
 	_, err = c.Register(ctx, req("x", "inet", ipamapi.FamilyIPv4, ""))
@@ -370,7 +370,7 @@ func TestClassification(t *testing.T) {
 		{"exhausted", 500, js, msg("Could not register address: no available prefix found for zone inet_v4"), ipamapi.ClassExhausted},
 		{"rotation: several holders", 500, js, msg("Could not register address: multiple services registered. unable to change secret"), ipamapi.ClassRotationRefused},
 		{"rotation: mismatch", 500, js, msg("Could not register address: service mismatch. unable to change secret"), ipamapi.ClassRotationRefused},
-		{"NetBox refuses a prefix", 500, js, msg(`Could not register address: {"prefix":["Duplicate prefix found in global table: 10.0.0.1/32"]}`), ipamapi.ClassTransient},
+		{"NetBox refuses a prefix", 500, js, msg(`Could not register address: {"prefix":["Duplicate prefix found in global table: 10.0.0.1/32"]}`), ipamapi.ClassBackendFailing},
 		{"a proxy's 500 page", 500, html, "<html>500 Internal Server Error</html>", ipamapi.ClassTransient},
 		// others
 		{"bad gateway", 502, html, "<html>502 Bad Gateway</html>", ipamapi.ClassTransient},
@@ -470,4 +470,41 @@ func TestObservedRequests(t *testing.T) {
 	g.Expect(ipamapi.IsTransient(err)).To(BeTrue())
 
 	g.Expect(seen).To(Equal([]string{"register success", "rotate success", "release not_held", "probe validation", "register transient"}))
+}
+
+// Every request names the provider and its version in its User-Agent (the IPAM-API's
+// log shows it), not Go's default Go-http-client/1.1.
+func TestUserAgent(t *testing.T) {
+	g := NewWithT(t)
+	s := sim.New(sim.Config{})
+	var mu sync.Mutex
+	var agents []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		agents = append(agents, r.Method+" "+r.URL.Path+" "+r.Header.Get("User-Agent"))
+		mu.Unlock()
+		s.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	c, err := ipamapi.NewClient(srv.URL, ipamapi.Options{Timeout: time.Second})
+	g.Expect(err).NotTo(HaveOccurred())
+	ctx := context.Background()
+
+	g.Expect(ipamapi.Version).To(Equal("dev"), "a build without -X main.version")
+	res, err := c.Register(ctx, req("a", "inet", ipamapi.FamilyIPv4, ""))
+	g.Expect(err).NotTo(HaveOccurred())
+
+	// As the manager sets it at its start, from the version it was built with.
+	defer func(v string) { ipamapi.Version = v }(ipamapi.Version)
+	ipamapi.Version = "v1.2.3"
+	_, err = c.Register(ctx, req("a", "inet", ipamapi.FamilyIPv4, res.Address))
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = c.Release(ctx, req("a", "inet", ipamapi.FamilyIPv4, res.Address))
+	g.Expect(err).NotTo(HaveOccurred())
+
+	g.Expect(agents).To(Equal([]string{
+		"POST /v2/address cluster-api-ipam-provider-vitistack/dev",
+		"POST /v2/address cluster-api-ipam-provider-vitistack/v1.2.3",
+		"DELETE /v2/service cluster-api-ipam-provider-vitistack/v1.2.3",
+	}))
 }

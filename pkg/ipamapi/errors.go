@@ -118,6 +118,7 @@ const (
 	msgNoPrefixes        = "no prefixes found for zone "
 	msgFetchZones        = "failed to fetch zones"
 	msgDeregisterPrefix  = "Could not deregister service: "
+	msgRegisterPrefix    = "Could not register address: "
 )
 
 // mongoFailures are the texts of the real server's MongoDB failures (its storage
@@ -172,7 +173,9 @@ func classify(op string, status int, msg string) *Error {
 		e.Class = ClassExhausted
 	case status == 500 && strings.Contains(msg, msgUnableToChange):
 		e.Class = ClassRotationRefused
-	case status == 500 && isMongoFailure(msg):
+	case status == 500 && (isMongoFailure(msg) || strings.HasPrefix(msg, msgRegisterPrefix)):
+		// The IPAM-API answered: any other reason it could not register is its storage or
+		// NetBox failing ("failed to save address: ...", NetBox's own text).
 		e.Class = ClassBackendFailing
 	case status >= 200 && status < 400:
 		// Success without the IPAM-API's JSON, or a redirect: a wrong endpoint.

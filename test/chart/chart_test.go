@@ -1,10 +1,8 @@
 package chart
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,8 +12,9 @@ import (
 
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
+
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/testenv"
 )
 
 // The namespace the release manifests install into.
@@ -53,8 +52,18 @@ func helm(t *testing.T, args ...string) (string, error) {
 	return stdout.String(), nil
 }
 
-// render is `helm template` of the chart in namespace ns with the --set values given.
+// ipamAPIURL is the IPAM-API the tests install with: the chart has no default for it.
+const ipamAPIURL = "https://ipam-api.example.org"
+
+// render is `helm template` of the chart in namespace ns with ipamAPI.url set to
+// ipamAPIURL and then the --set values given (a later one wins).
 func render(t *testing.T, ns string, set ...string) (map[string]*unstructured.Unstructured, error) {
+	t.Helper()
+	return renderWithout(t, ns, append([]string{"ipamAPI.url=" + ipamAPIURL}, set...)...)
+}
+
+// renderWithout is render without the IPAM-API's URL: only the --set values given.
+func renderWithout(t *testing.T, ns string, set ...string) (map[string]*unstructured.Unstructured, error) {
 	t.Helper()
 	args := []string{"template", "ipam", chartPath(t), "--namespace", ns, "--kube-version", kubeVersion}
 	for _, s := range set {
@@ -70,41 +79,28 @@ func render(t *testing.T, ns string, set ...string) (map[string]*unstructured.Un
 // byKey decodes a YAML stream into its objects, by "Kind namespace/name".
 func byKey(t *testing.T, stream string) map[string]*unstructured.Unstructured {
 	t.Helper()
+	list, err := testenv.Objects(stream)
+	if err != nil {
+		t.Fatal(err)
+	}
 	objs := map[string]*unstructured.Unstructured{}
-	r := utilyaml.NewYAMLReader(bufio.NewReader(strings.NewReader(stream)))
-	for {
-		doc, err := r.Read()
-		if errors.Is(err, io.EOF) {
-			return objs
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		js, err := yaml.YAMLToJSON(doc)
-		if err != nil {
-			t.Fatalf("%v in\n%s", err, doc)
-		}
-		if s := strings.TrimSpace(string(js)); s == "null" || s == "{}" {
-			continue
-		}
-		u := &unstructured.Unstructured{}
-		if err := u.UnmarshalJSON(js); err != nil {
-			t.Fatal(err)
-		}
+	for _, u := range list {
 		objs[key(u)] = u
 	}
+	return objs
 }
 
 func key(u *unstructured.Unstructured) string {
 	return u.GetKind() + " " + u.GetNamespace() + "/" + u.GetName()
 }
 
-// clusterctlDefault is a clusterctl variable with its default, ${NAME:=default}.
-var clusterctlDefault = regexp.MustCompile(`\$\{[A-Z0-9_]+:=([^}]*)\}`)
+// clusterctlVariable is a clusterctl variable, ${NAME} or ${NAME:=default}.
+var clusterctlVariable = regexp.MustCompile(`\$\{([A-Z0-9_]+)(:=([^}]*))?\}`)
 
-// release reads a release manifest with every clusterctl variable at its default, as
-// clusterctl renders it when none is set.
-func release(t *testing.T, file string) map[string]*unstructured.Unstructured {
+// release reads a release manifest with its clusterctl variables rendered as clusterctl
+// renders them: the value in vars, else the default; a variable with neither fails
+// the test.
+func release(t *testing.T, file string, vars map[string]string) map[string]*unstructured.Unstructured {
 	t.Helper()
 	dir := os.Getenv("E2E_RELEASE_DIR")
 	if dir == "" {
@@ -114,22 +110,45 @@ func release(t *testing.T, file string) map[string]*unstructured.Unstructured {
 	if err != nil {
 		t.Fatalf("%v: run 'make release-manifests'", err)
 	}
-	return byKey(t, clusterctlDefault.ReplaceAllString(string(b), "$1"))
+	rendered := clusterctlVariable.ReplaceAllStringFunc(string(b), func(v string) string {
+		m := clusterctlVariable.FindStringSubmatch(v)
+		if value, ok := vars[m[1]]; ok {
+			return value
+		}
+		if m[2] == "" {
+			t.Fatalf("%s has the variable %s without a default, and the test gives it no value", file, m[1])
+		}
+		return m[3]
+	})
+	return byKey(t, rendered)
 }
 
-// The chart with its default values renders, object by object, what the release
-// manifests install, in each flavour: the only differences are the ones the chart
-// makes on purpose (the release's namespace is Helm's to create; uninstalling keeps the
-// CRDs, and the default secret's namespace, whose Secrets own addresses).
+// The chart with its default values (and the IPAM-API's URL, which has none) renders,
+// object by object, what the release manifests install with clusterctl's defaults (and
+// that URL), for each cluster, and so does the management install with the Service
+// controller on (services.enabled, VITISTACK_SERVICES): the only differences are the
+// ones the chart makes on purpose (the release's namespace is Helm's to create;
+// uninstalling keeps the CRDs, and the default secret's namespace, whose Secrets own
+// addresses).
 func TestChartRendersTheReleaseManifests(t *testing.T) {
-	for _, c := range []struct{ flavour, file string }{
-		{"management", "ipam-components.yaml"},
-		{"workload", "ipam-components-workload.yaml"},
+	for _, c := range []struct {
+		name, file string
+		set        []string
+		vars       map[string]string
+	}{
+		{"management", "ipam-components.yaml", []string{"cluster=management"}, nil},
+		{"management with Services", "ipam-components.yaml", []string{"cluster=management", "services.enabled=true"},
+			map[string]string{"VITISTACK_SERVICES": "true"}},
+		{"workload", "ipam-components-workload.yaml", []string{"cluster=workload"}, nil},
 	} {
-		t.Run(c.flavour, func(t *testing.T) {
+		t.Run(c.name, func(t *testing.T) {
 			g := NewWithT(t)
-			want := release(t, c.file)
-			got, err := render(t, providerNamespace, "flavour="+c.flavour)
+			vars := map[string]string{"VITISTACK_IPAM_API_URL": ipamAPIURL}
+			for k, v := range c.vars {
+				vars[k] = v
+			}
+			want := release(t, c.file, vars)
+			got, err := render(t, providerNamespace, c.set...)
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(want).To(HaveKey("Namespace /"+providerNamespace), "the release manifests create their namespace")
 			delete(want, "Namespace /"+providerNamespace)
@@ -169,11 +188,13 @@ func toYAML(t *testing.T, u *unstructured.Unstructured) string {
 	return string(b)
 }
 
-// helm lint passes, with the default values and with every optional object on.
+// helm lint passes, with the default values (and the IPAM-API's URL, which has none)
+// and with every optional object on.
 func TestChartLints(t *testing.T) {
 	g := NewWithT(t)
-	for _, set := range [][]string{nil, {"flavour=management"}, {"observability.prometheusRule=true,observability.grafanaDashboard=true"}} {
-		args := []string{"lint", chartPath(t), "--strict", "--kube-version", kubeVersion}
+	for _, set := range [][]string{nil, {"cluster=management"}, {"cluster=management", "services.enabled=true"},
+		{"observability.prometheusRule=true,observability.grafanaDashboard=true"}} {
+		args := []string{"lint", chartPath(t), "--strict", "--kube-version", kubeVersion, "--set", "ipamAPI.url=" + ipamAPIURL}
 		for _, s := range set {
 			args = append(args, "--set", s)
 		}

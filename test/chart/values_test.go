@@ -2,6 +2,9 @@ package chart
 
 import (
 	"encoding/json"
+	"regexp"
+	"slices"
+	"strings"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -139,15 +142,113 @@ func TestChartRefusesBadValues(t *testing.T) {
 	}{
 		{[]string{"replicas=two"}, "at '/replicas': got string, want integer"},
 		{[]string{"replicas=0"}, "at '/replicas': minimum: got 0, want 1"},
-		{[]string{"flavour=both"}, "at '/flavour'"},
+		{[]string{"cluster=both"}, "at '/cluster'"},
 		{[]string{"ipamAPI.url=ipam.example.org"}, "at '/ipamAPI/url'"},
 		{[]string{"defaultZone=nowhere"}, "at '/defaultZone'"},
 		{[]string{"replica=2"}, "additional properties 'replica' not allowed"},
 		{[]string{"webhook.certManager.enabled=false"}, "at '/webhook/existingCertSecret': minLength: got 0, want 1"},
 		{[]string{"webhook.certManager.issuerRef.kind=Secret"}, "at '/webhook/certManager/issuerRef/kind'"},
+		{[]string{"services.enabled=yes"}, "at '/services/enabled': got string, want boolean"},
 	} {
 		_, err := render(t, providerNamespace, c.set...)
 		NewWithT(t).Expect(err).To(MatchError(And(ContainSubstring("values don't meet the specifications of the schema"),
 			ContainSubstring(c.want))), "--set %v", c.set)
 	}
+}
+
+// Without ipamAPI.url the chart refuses to render, for either cluster, and says what to
+// set: there is no default IPAM-API (it registers what it is sent without
+// authentication, and a trial install must not register in production).
+func TestChartRequiresTheIPAMAPIURL(t *testing.T) {
+	for _, cluster := range []string{"workload", "management"} {
+		g := NewWithT(t)
+		_, err := renderWithout(t, providerNamespace, "cluster="+cluster)
+		g.Expect(err).To(MatchError(ContainSubstring("set ipamAPI.url to your IPAM-API's URL, e.g. https://ipam-api.example.org")), cluster)
+		_, err = renderWithout(t, providerNamespace, "cluster="+cluster, "ipamAPI.url=")
+		g.Expect(err).To(MatchError(ContainSubstring("set ipamAPI.url to your IPAM-API's URL")), cluster)
+	}
+}
+
+// services.enabled turns the management install's Service controller on: its argument,
+// its default secret in the release's namespace (where that install lets the manager
+// create it), and the condition that lets the Service webhook call the manager, true
+// exactly when the controller is on. The workload install serves Services either way.
+func TestChartServicesSwitch(t *testing.T) {
+	const ns = "vitistack"
+	for _, c := range []struct {
+		cluster string
+		set     []string
+		on      bool
+	}{
+		{"management", nil, false},
+		{"management", []string{"services.enabled=false"}, false},
+		{"management", []string{"services.enabled=true"}, true},
+		{"workload", nil, true},
+		{"workload", []string{"services.enabled=false"}, true},
+	} {
+		g := NewWithT(t)
+		what := c.cluster + " " + strings.Join(c.set, " ")
+		objs, err := render(t, ns, append([]string{"cluster=" + c.cluster}, c.set...)...)
+		g.Expect(err).NotTo(HaveOccurred(), what)
+		_, manager := managerOf(g, objs, ns)
+		args := manager["args"].([]any)
+		var service []any
+		for _, a := range args {
+			if strings.HasPrefix(a.(string), "--enable-service-controller") {
+				service = append(service, a)
+			}
+		}
+		hook := serviceWebhookOf(g, objs)
+		g.Expect(hook["failurePolicy"]).To(Equal("Fail"), what)
+		if c.cluster == "workload" {
+			g.Expect(service).To(Equal([]any{"--enable-service-controller"}), what)
+			g.Expect(conditionNames(hook)).To(Equal([]string{"type-loadbalancer"}), what)
+			continue
+		}
+		g.Expect(service).To(Equal([]any{"--enable-service-controller=" + map[bool]string{true: "true", false: "false"}[c.on]}), what)
+		g.Expect(args).To(ContainElement("--default-secret-namespace="+ns), what)
+		g.Expect(conditionNames(hook)).To(Equal([]string{"service-controller-enabled", "type-loadbalancer"}), what)
+		g.Expect(controllerCondition(g, hook)).To(Equal(c.on), what)
+	}
+}
+
+// serviceWebhookOf returns the Service webhook of the rendered objects.
+func serviceWebhookOf(g Gomega, objs map[string]*unstructured.Unstructured) map[string]any {
+	for _, h := range webhooksOf(objs) {
+		if h["name"] == "validation.service.ipam.vitistack.io" {
+			return h
+		}
+	}
+	g.Expect(false).To(BeTrue(), "no Service webhook rendered")
+	return nil
+}
+
+func conditionNames(hook map[string]any) []string {
+	var names []string
+	conds, _, _ := unstructured.NestedSlice(hook, "matchConditions")
+	for _, c := range conds {
+		names = append(names, c.(map[string]any)["name"].(string))
+	}
+	return names
+}
+
+// listMembership is the form of the Service webhook's service-controller-enabled
+// condition: "value" in ["a", "b", ...].
+var listMembership = regexp.MustCompile(`^"([^"]*)" in \[((?:"[^"]*"(?:, )?)+)\]$`)
+
+// controllerCondition evaluates the webhook's service-controller-enabled condition, a
+// constant, as the API server's CEL does.
+func controllerCondition(g Gomega, hook map[string]any) bool {
+	conds, _, _ := unstructured.NestedSlice(hook, "matchConditions")
+	for _, c := range conds {
+		if c.(map[string]any)["name"] != "service-controller-enabled" {
+			continue
+		}
+		expr := c.(map[string]any)["expression"].(string)
+		m := listMembership.FindStringSubmatch(expr)
+		g.Expect(m).NotTo(BeNil(), "the condition is not of the form \"value\" in [...]: %s", expr)
+		return slices.Contains(strings.Split(strings.Trim(m[2], `"`), `", "`), m[1])
+	}
+	g.Expect(false).To(BeTrue(), "the Service webhook has no service-controller-enabled condition")
+	return false
 }

@@ -112,28 +112,7 @@ func TestEveryAlertHasARunbook(t *testing.T) {
 // Every query of the Grafana dashboard in config/observability names only metrics the
 // provider exports, and every panel has one.
 func TestDashboardNamesOnlyExportedMetrics(t *testing.T) {
-	root := repoRoot(t)
-	raw, err := os.ReadFile(filepath.Join(root, "config", "observability", "dashboard.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var dash struct {
-		Panels []struct {
-			Type    string `json:"type"`
-			Title   string `json:"title"`
-			Targets []struct {
-				Expr string `json:"expr"`
-			} `json:"targets"`
-		} `json:"panels"`
-		Templating struct {
-			List []struct {
-				Query any `json:"query"`
-			} `json:"list"`
-		} `json:"templating"`
-	}
-	if err := json.Unmarshal(raw, &dash); err != nil {
-		t.Fatalf("config/observability/dashboard.json: %v", err)
-	}
+	dash := readDashboard(t, repoRoot(t))
 	exported := exportedMetrics()
 	named := regexp.MustCompile(`vitistack_ipam_[a-z_]+`)
 	check := func(where, expr string) {
@@ -179,4 +158,35 @@ func family(series string) string {
 		}
 	}
 	return series
+}
+
+// dashboard is what the tests read of the Grafana dashboard: its panels' queries and its
+// variables' queries.
+type dashboard struct {
+	Panels []struct {
+		Type    string `json:"type"`
+		Title   string `json:"title"`
+		Targets []struct {
+			Expr string `json:"expr"`
+		} `json:"targets"`
+	} `json:"panels"`
+	Templating struct {
+		List []struct {
+			Query any `json:"query"`
+		} `json:"list"`
+	} `json:"templating"`
+}
+
+// readDashboard reads config/observability/dashboard.json.
+func readDashboard(t *testing.T, root string) dashboard {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(root, "config", "observability", "dashboard.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash dashboard
+	if err := json.Unmarshal(raw, &dash); err != nil {
+		t.Fatalf("config/observability/dashboard.json: %v", err)
+	}
+	return dash
 }

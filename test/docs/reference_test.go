@@ -220,36 +220,15 @@ var capiReasons = map[string]string{
 
 var capiReasonUse = regexp.MustCompile(`ipamv1\.(\w+Reason)\b`)
 
+// literalEventReason is an event whose reason is written out in the code, not a constant:
+// Eventf(regarding, related, type, "Reason", ...) or note(type, "Reason", ...).
+var literalEventReason = regexp.MustCompile(`(?:Eventf\([^,()]+,[^,()]+,[^,()]+,|\bnote\([^,()]+,)\s*"(\w+)"`)
+
 // The troubleshooting page's "By condition reason" tables name every reason the provider
 // sets on a condition or an event, and no other.
 func TestTroubleshootingNamesEveryReason(t *testing.T) {
 	root := repoRoot(t)
-	reasons := map[string]bool{}
-	for name, v := range stringConstants(t, filepath.Join(root, "api", "v1alpha1", "conditions.go")) {
-		if strings.HasSuffix(name, "Reason") {
-			reasons[v] = true
-		}
-	}
-	err := filepath.WalkDir(filepath.Join(root, "internal"), func(p string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() || !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
-			return err
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		for _, m := range capiReasonUse.FindAllStringSubmatch(string(b), -1) {
-			v, ok := capiReasons[m[1]]
-			if !ok {
-				t.Errorf("%s sets Cluster API's %s: add it to capiReasons in this test, and to docs/troubleshooting.md", p, m[1])
-			}
-			reasons[v] = true
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	reasons := providerReasons(t, root)
 	checkPage(t, filepath.Join(root, "docs", "troubleshooting.md"), reasons, 25, reasonProblems)
 }
 

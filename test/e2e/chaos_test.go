@@ -360,9 +360,8 @@ func TestChaosManagerKilled(t *testing.T) {
 	startScenario(t, row, nsUIDs)
 	// The Service controller and its webhook, as on a management cluster that serves
 	// Services too.
-	webhook, err := a.InstallServiceWebhook(ctx, providerVars(ipamAPI))
-	g.Expect(err).NotTo(HaveOccurred())
-	t.Cleanup(func() { _ = a.RemoveServiceWebhook(ctx, webhook) })
+	g.Expect(a.SetServiceWebhook(ctx, providerVars(ipamAPI), true)).To(Succeed())
+	t.Cleanup(func() { _ = a.SetServiceWebhook(ctx, providerVars(ipamAPI), false) })
 	// Slower answers, so that kills land with registrations in flight.
 	g.Expect(ipamAPI.SetFaults(ctx, sim.Faults{Latency: 100 * time.Millisecond, LatencyJitter: 100 * time.Millisecond})).To(Succeed())
 	t.Cleanup(func() { _ = ipamAPI.SetFaults(ctx, sim.Faults{}) })

@@ -43,7 +43,7 @@ func helmRun(t *testing.T, w *localcluster.ControlPlane, args ...string) string 
 }
 
 // The Helm chart's life on a real control plane, as Argo CD or a user drives it:
-// installed (the workload flavour), the manager run with the Deployment's arguments and
+// installed (the workload install), the manager run with the Deployment's arguments and
 // as its ServiceAccount, a LoadBalancer Service and a claim get addresses the IPAM-API
 // registered; upgraded with other values (replicas, a flag), rolled back, each time the
 // manager restarted from the Deployment as a rollout would, and nothing is registered

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -23,11 +24,17 @@ import (
 // Service ends with status.loadBalancer.ingress equal to exactly the addresses the
 // IPAM-API registered for it, under its identity (single stack IPv4 and IPv6, dual
 // stack, two Services sharing an address by consent, an address requested and then
-// changed, a family dropped and asked for again, a move to another pool of the zone
-// that keeps the address); a third Service asking for a shared address without the share key gets
-// nothing MetalLB could announce; deleting them releases every address. A MetalLB pool
-// with autoAssign on is named in a warning on the Service MetalLB gave an address of
-// its own. The accounting oracle finds nothing wrong.
+// changed, a family dropped and asked for again, a single-stack Service switched to dual
+// stack with no version of either announcing an address the IPAM-API did not register
+// for it, a move to another pool of the zone that keeps the address); a third Service
+// asking for a shared address without the share key gets nothing MetalLB could
+// announce; deleting them releases every address. The Service
+// webhook refuses the updates MetalLB would answer by announcing nothing for a Service:
+// the ip-family annotation alone dropping a family of a dual-stack Service, and a port
+// of a sharing Service moved onto the other's (no version of either sharing Service
+// lacks the shared address). A MetalLB pool with autoAssign on is named in a warning on
+// the Service MetalLB gave an address of its own. The accounting oracle finds nothing
+// wrong.
 func TestMetalLBAnnouncesWhatTheIPAMAPIRegistered(t *testing.T) {
 	onOwn.enter(t)
 	g := newG(t)
@@ -121,6 +128,16 @@ func TestMetalLBAnnouncesWhatTheIPAMAPIRegistered(t *testing.T) {
 	g.Expect(got.Annotations).NotTo(HaveKey("metallb.io/loadBalancerIPs"))
 	g.Expect(got.Status.LoadBalancer.Ingress).To(BeEmpty())
 	registeredFor([]string{shared}, "first", "second")
+	// The second moves its port onto the first's: refused, naming the first and the
+	// port (MetalLB would withdraw the shared address from one of them); a port of its
+	// own is admitted. Neither loses the address in any version of it from here to the
+	// end of the steps below: MetalLB's controller handles one Service at a time, in
+	// order, so it has seen these updates once it has announced the later steps'.
+	firstVersions, secondVersions := watchService(t, w, first), watchService(t, w, second)
+	err = tryUpdate(w, second, func(s *corev1.Service) { s.Spec.Ports[0].Port = 443 })
+	g.Expect(err).To(MatchError(SatisfyAll(ContainSubstring("Service "+ns+"/first"), ContainSubstring("TCP/443"),
+		ContainSubstring(ipamv1alpha1.AllowLocalSharedIPAnnotation))), "the second's port moved onto the first's")
+	update(t, w, second, func(s *corev1.Service) { s.Spec.Ports[0].Port = 8080 })
 
 	// An address asked for, then another: MetalLB moves to it, and the first is released.
 	old := announced(v4, 1)[0]
@@ -129,18 +146,47 @@ func TestMetalLBAnnouncesWhatTheIPAMAPIRegistered(t *testing.T) {
 	registeredFor([]string{"10.99.0.7"}, "v4")
 	g.Eventually(func() int { return len(activeHolders(t, w, old)) }).Should(BeZero(), "the old address %s is released", old)
 
-	// A family dropped (as the README says: the ip-family annotation, and the Service's
-	// policy single stack), then asked for again: MetalLB announces the IPv4 address
-	// alone and the IPv6 one is released; then a new IPv6 address joins it.
+	// A family dropped, then asked for again. The ip-family annotation alone is refused,
+	// naming the fix: MetalLB refuses one address for a Service of two families, and
+	// would announce none for good. With the Service's families and
+	// metallb.io/loadBalancerIPs set to its IPv4 address in the same patch (as
+	// docs/services.md says), MetalLB goes straight from the pair to the IPv4 address
+	// alone, and the IPv6 one is released: every version of the Service shows the pair
+	// until MetalLB has seen the patch, then the IPv4 address alone, never none and
+	// never another address. (Without loadBalancerIPs in the patch, MetalLB refuses the
+	// single-stack Service whose loadBalancerIPs still name two addresses, and withdraws
+	// both until the provider writes the IPv4 address alone.) Then a new IPv6 address
+	// joins it.
 	dualIPs := announcedNow(t, w, dual)
 	slices.SortFunc(dualIPs, func(a, b string) int { return netip.MustParseAddr(a).Compare(netip.MustParseAddr(b)) })
+	dualVersions := watchService(t, w, dual)
+	err = tryUpdate(w, dual, func(s *corev1.Service) { s.Annotations[ipamv1alpha1.IPFamilyAnnotation] = "ipv4" })
+	g.Expect(err).To(MatchError(SatisfyAll(ContainSubstring(ipamv1alpha1.IPFamilyAnnotation), ContainSubstring("spec.ipFamilyPolicy SingleStack"))),
+		"the ip-family annotation alone on a dual-stack Service")
 	update(t, w, dual, func(s *corev1.Service) {
 		s.Annotations[ipamv1alpha1.IPFamilyAnnotation] = "ipv4"
+		s.Annotations["metallb.io/loadBalancerIPs"] = dualIPs[0]
 		s.Spec.IPFamilyPolicy = ptr.To(corev1.IPFamilyPolicySingleStack)
+		s.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol}
 	})
 	g.Eventually(func() []string { return announcedNow(t, w, dual) }).Should(Equal(dualIPs[:1]))
 	g.Eventually(func() int { return len(activeHolders(t, w, dualIPs[1])) }).Should(BeZero(), "the dropped %s is released", dualIPs[1])
 	registeredFor(dualIPs[:1], "dual")
+	patched, alone := false, false
+	for _, v := range dualVersions.Stop() {
+		ips := ingressOf(v)
+		patched = patched || ptr.Deref(v.Spec.IPFamilyPolicy, "") == corev1.IPFamilyPolicySingleStack
+		alone = alone || slices.Equal(ips, dualIPs[:1])
+		switch {
+		case !patched:
+			g.Expect(ips).To(ConsistOf(dualIPs), "version %s of Service dual, before the patch: MetalLB announced another address, or none", v.ResourceVersion)
+		case !alone:
+			g.Expect(ips).To(ConsistOf(dualIPs), "version %s of Service dual, after the patch: MetalLB announced another address, or none", v.ResourceVersion)
+		default:
+			g.Expect(ips).To(Equal(dualIPs[:1]), "version %s of Service dual, once it announced the IPv4 address alone: MetalLB announced another address, or none", v.ResourceVersion)
+		}
+	}
+	g.Expect(alone).To(BeTrue(), "no version of Service dual announced the IPv4 address alone")
 	update(t, w, dual, func(s *corev1.Service) {
 		s.Annotations[ipamv1alpha1.IPFamilyAnnotation] = "dual"
 		s.Spec.IPFamilyPolicy = ptr.To(corev1.IPFamilyPolicyRequireDualStack)
@@ -150,16 +196,61 @@ func TestMetalLBAnnouncesWhatTheIPAMAPIRegistered(t *testing.T) {
 	g.Expect(ips).To(ContainElement(dualIPs[0]), "the IPv4 address stays")
 	registeredFor(ips, "dual")
 
+	// A single-stack IPv4 Service switched to dual stack in one patch, while a claim that
+	// is no Service holds an IPv6 address of the zone in the IPAM-API (a machine's, say),
+	// one MetalLB knows nothing of. The patch is the one docs/services.md gives: the
+	// ip-family annotation, spec.ipFamilyPolicy RequireDualStack and spec.ipFamilies. No
+	// version of the Service on the way shows an address the IPAM-API did not register
+	// for it: the IPv4 address, none while MetalLB refuses the dual-stack Service whose
+	// metallb.io/loadBalancerIPs names one address, then the pair the provider handed it.
+	// (With PreferDualStack instead, MetalLB v0.15's controller gives the Service with
+	// one address an IPv6 address of its own from the pool of the first, whatever
+	// autoAssign says: here the claim's. A MetalLB pool cannot hold one family only
+	// either: MetalLB takes a dual-stack Service's two addresses from one pool.)
+	taken := newClaim(t, w, ns, "machine-ipv6", global, "inet-ipv6", nil)
+	takenIP := boundAddress(t, w, taken).Spec.Address
+	grow := service("grow", 443, map[string]string{ipamv1alpha1.ZoneAnnotation: "inet", ipamv1alpha1.IPFamilyAnnotation: "ipv4"}, corev1.IPv4Protocol)
+	growV4 := announced(grow, 1)
+	registeredFor(growV4, "grow")
+	growVersions := watchService(t, w, grow)
+	update(t, w, grow, func(s *corev1.Service) {
+		s.Annotations[ipamv1alpha1.IPFamilyAnnotation] = "dual"
+		s.Spec.IPFamilyPolicy = ptr.To(corev1.IPFamilyPolicyRequireDualStack)
+		s.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}
+	})
+	var growIPs []string
+	g.Eventually(func(g Gomega) {
+		got := &corev1.Service{}
+		g.Expect(w.Client.Get(ctx, client.ObjectKeyFromObject(grow), got)).To(Succeed())
+		growIPs = strings.Split(got.Annotations["metallb.io/loadBalancerIPs"], ",")
+		g.Expect(growIPs).To(HaveLen(2))
+		g.Expect(ingressOf(got)).To(ConsistOf(growIPs))
+	}).Should(Succeed(), "MetalLB announces the pair the provider handed it")
+	g.Expect(growIPs).To(ContainElement(growV4[0]), "the IPv4 address stays")
+	registeredFor(growIPs, "grow")
+	paired := false
+	for _, v := range growVersions.Stop() {
+		ips := ingressOf(v)
+		paired = paired || len(ips) == 2
+		if paired {
+			g.Expect(ips).To(ConsistOf(growIPs), "version %s of Service grow, once it announced two addresses: MetalLB announced "+
+				"an address the IPAM-API did not register for it (it holds %v for it, and %s for a claim), or withdrew them",
+				v.ResourceVersion, growIPs, takenIP)
+			continue
+		}
+		g.Expect(ips).To(Or(BeEmpty(), Equal(growV4)), "version %s of Service grow, switched to dual stack: MetalLB announced an "+
+			"address the IPAM-API did not register for it (it holds %v for it, and %s for a claim)", v.ResourceVersion, growIPs, takenIP)
+	}
+	deleteAndWait(t, w, taken)
+	g.Eventually(func() int { return len(activeHolders(t, w, takenIP)) }).Should(BeZero(), "the claim's %s is released", takenIP)
+
 	// A move to another pool of the same zone and family keeps the address: MetalLB
 	// announces it in every version of the Service on the way, and the IPAM-API holds it
 	// for the Service alone.
 	newGlobalPool(t, w, "inet-ipv4-b", "inet", ipamv1alpha1.IPv4)
 	mover := service("mover", 443, map[string]string{ipamv1alpha1.ZoneAnnotation: "inet", ipamv1alpha1.PoolAnnotation: "inet-ipv4"})
 	kept := announced(mover, 1)
-	current := &corev1.Service{}
-	g.Expect(w.Client.Get(ctx, client.ObjectKeyFromObject(mover), current)).To(Succeed())
-	versions, err := testenv.WatchVersions(ctx, w.Config, &corev1.ServiceList{}, current)
-	g.Expect(err).NotTo(HaveOccurred())
+	versions := watchService(t, w, mover)
 	update(t, w, mover, func(s *corev1.Service) { s.Annotations[ipamv1alpha1.PoolAnnotation] = "inet-ipv4-b" })
 	g.Eventually(func(g Gomega) {
 		claims := &ipamv1.IPAddressClaimList{}
@@ -172,8 +263,14 @@ func TestMetalLBAnnouncesWhatTheIPAMAPIRegistered(t *testing.T) {
 			"version %s of the Service: MetalLB announced another address, or none", v.ResourceVersion)
 	}
 	registeredFor(kept, "mover")
+	for name, versions := range map[string]*testenv.Versions[*corev1.Service]{"first": firstVersions, "second": secondVersions} {
+		for _, v := range versions.Stop() {
+			g.Expect(ingressOf(v)).To(Equal([]string{shared}),
+				"version %s of Service %s: MetalLB withdrew the shared address, or announced another", v.ResourceVersion, name)
+		}
+	}
 
-	all := []*corev1.Service{v4, v6, dual, first, second, third, mover}
+	all := []*corev1.Service{v4, v6, dual, first, second, third, mover, grow}
 	// With autoAssign off, MetalLB announced nothing of its own through all of that: the
 	// provider warned of nothing, moves and family switches included.
 	for _, s := range all {
@@ -234,12 +331,31 @@ func TestMetalLBAnnouncesWhatTheIPAMAPIRegistered(t *testing.T) {
 // update changes the Service with change and patches it.
 func update(t *testing.T, w *localcluster.ControlPlane, svc *corev1.Service, change func(*corev1.Service)) {
 	t.Helper()
+	newG(t).Expect(tryUpdate(w, svc, change)).To(Succeed())
+}
+
+// tryUpdate changes the Service with change and patches it, and returns the API
+// server's answer (a webhook's refusal, say).
+func tryUpdate(w *localcluster.ControlPlane, svc *corev1.Service, change func(*corev1.Service)) error {
 	got := &corev1.Service{}
-	g := newG(t)
-	g.Expect(w.Client.Get(context.Background(), client.ObjectKeyFromObject(svc), got)).To(Succeed())
+	if err := w.Client.Get(context.Background(), client.ObjectKeyFromObject(svc), got); err != nil {
+		return err
+	}
 	patch := client.MergeFrom(got.DeepCopy())
 	change(got)
-	g.Expect(w.Client.Patch(context.Background(), got, patch)).To(Succeed())
+	return w.Client.Patch(context.Background(), got, patch)
+}
+
+// watchService records every version of the Service from now on (Stop returns them).
+func watchService(t *testing.T, w *localcluster.ControlPlane, svc *corev1.Service) *testenv.Versions[*corev1.Service] {
+	t.Helper()
+	g := newG(t)
+	current := &corev1.Service{}
+	g.Expect(w.Client.Get(context.Background(), client.ObjectKeyFromObject(svc), current)).To(Succeed())
+	versions, err := testenv.WatchVersions(context.Background(), w.Config, &corev1.ServiceList{}, current)
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { versions.Stop() })
+	return versions
 }
 
 // announcedNow is what MetalLB's status of the Service lists now.
@@ -247,8 +363,13 @@ func announcedNow(t *testing.T, w *localcluster.ControlPlane, svc *corev1.Servic
 	t.Helper()
 	got := &corev1.Service{}
 	newG(t).Expect(w.Client.Get(context.Background(), client.ObjectKeyFromObject(svc), got)).To(Succeed())
+	return ingressOf(got)
+}
+
+// ingressOf is the addresses the Service's status.loadBalancer.ingress lists.
+func ingressOf(svc *corev1.Service) []string {
 	var ips []string
-	for _, in := range got.Status.LoadBalancer.Ingress {
+	for _, in := range svc.Status.LoadBalancer.Ingress {
 		ips = append(ips, in.IP)
 	}
 	return ips

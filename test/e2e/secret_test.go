@@ -48,7 +48,7 @@ func TestSecretValuesNeverLeak(t *testing.T) {
 		Spec: ipamv1.IPAddressClaimSpec{PoolRef: ipamv1.IPPoolReference{APIGroup: ipamv1alpha1.GroupVersion.Group, Kind: "VitistackIPPool", Name: "pool"}},
 	}
 	g.Expect(a.Client.Create(ctx, intruder)).To(Succeed())
-	readyReason(t, a, intruder, metav1.ConditionFalse, ipamv1.IPAddressClaimReadyAllocationFailedReason)
+	readyReason(t, a, intruder, metav1.ConditionFalse, ipamv1alpha1.ClaimReadyAddressTakenReason)
 	g.Eventually(func() []corev1.Event { return eventsOf(t, a, intruder) }).Should(
 		ContainElement(HaveField("Reason", ipamv1alpha1.ClaimReadyAddressTakenReason)))
 

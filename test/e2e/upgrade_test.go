@@ -286,7 +286,7 @@ func deleteReleased(t *testing.T, w *localcluster.ControlPlane, claims map[strin
 	}
 }
 
-// A workload cluster runs the previous release's Services flavour (applied from its
+// A workload cluster runs the previous release's workload install (applied from its
 // ipam-components-workload.yaml with kubectl, as its docs said), with MetalLB announcing what it
 // handed out: a Service under the default secret, one under a Secret of its own that
 // was rotated, and a claim. `helm upgrade --install --take-ownership` replaces it with

@@ -20,7 +20,7 @@ import (
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi"
 )
 
-// The Services flavour (release asset ipam-components-workload.yaml) taking over from
+// The workload install (release asset ipam-components-workload.yaml) taking over from
 // the IPAM-operator, as docs/migrating-from-ipam-operator.md says, on a cluster without
 // Cluster API: a Service the operator gave an address keeps it, and the address MetalLB
 // reads from it, and the external IP MetalLB's controller announces, never change or go
@@ -168,9 +168,9 @@ func installCertManagerCRDs(t *testing.T, w *localcluster.ControlPlane) {
 	g.Expect(err).NotTo(HaveOccurred())
 }
 
-// installWorkloadFlavour installs the Services flavour (release asset
+// installWorkloadFlavour installs the workload install (release asset
 // ipam-components-workload.yaml) on w as docs/services.md says: cert-manager's CRDs (its
-// Certificate and Issuer are in the flavour), then the flavour rendered with its
+// Certificate and Issuer are in it), then the install rendered with its
 // variables. CAPI's IPAM CRDs come with it, serving v1beta2 only (no conversion
 // webhook needed).
 func installWorkloadFlavour(t *testing.T, w *localcluster.ControlPlane) {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/pkg/errors"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -196,9 +197,8 @@ func (h *Handler) subnetCandidate(ctx context.Context, reg *record.Registration)
 // takes no other, for its machine may use the one it had, and in subnet mode it would take
 // a candidate held under the same secret by someone else as its own.
 func lostAddress(reg *record.Registration, why string) outcome {
-	return failed(ipamv1.IPAddressClaimReadyAllocationFailedReason, fmt.Sprintf("%s (zone %s). The claim takes no other address, "+
-		"as its machine may use the one it had: delete the claim (and its machine) to get a new one", why, reg.Zone)).
-		withEvent(ipamv1alpha1.ClaimReadyAddressTakenReason)
+	return failed(ipamv1alpha1.ClaimReadyAddressTakenReason, fmt.Sprintf("%s (zone %s). The claim takes no other address, "+
+		"as its machine may use the one it had: delete the claim (and its machine) to get a new one", why, reg.Zone))
 }
 
 // connect resolves the IPAM-API client and the owning Secret of an unbound claim's
@@ -233,9 +233,9 @@ func (h *Handler) connect(ctx context.Context, reg *record.Registration) (ipamap
 	case err != nil:
 		return nil, nil, stop(transient(err))
 	case sec.Deleting:
-		refused = failed(ipamv1.IPAddressClaimReadyAllocationFailedReason, fmt.Sprintf("Secret %s/%s is being deleted: no address is "+
-			"registered under it any more; point the claim at another Secret", sec.Ref.Namespace, sec.Ref.Name)).
-			withEvent(ipamv1alpha1.ClaimReadySecretNotFoundReason)
+		refused = failed(ipamv1alpha1.ClaimReadySecretDeletingReason, fmt.Sprintf("Secret %s/%s is being deleted: no new address is "+
+			"registered under it (those registered keep it until they are released); point the claim at another Secret, "+
+			"or create the Secret again once it is gone", sec.Ref.Namespace, sec.Ref.Name))
 	case sec.Changed():
 		refused = secretChanged(sec)
 	default:
@@ -312,6 +312,7 @@ func (h *Handler) registered(ctx context.Context, address *ipamv1.IPAddress, reg
 		return failed(ipamv1.IPAddressClaimReadyAllocationFailedReason,
 			fmt.Sprintf("the IPAM-API answered with %q, which is not an %s address", res.Address, reg.Family))
 	}
+	asked := reg.Address
 	reg.Address, _ = ipamapi.CanonicalCIDR(res.Address)
 	reg.Phase = record.PhaseRegistered
 	if res.Updated() {
@@ -331,7 +332,15 @@ func (h *Handler) registered(ctx context.Context, address *ipamv1.IPAddress, reg
 	h.fillAddress(address, reg, host)
 	ctrl.LoggerFrom(ctx).V(2).Info("Registered address in the IPAM-API", "address", address.Spec.Address,
 		"zone", reg.Zone, "updated", res.Updated())
-	return allocated(address.Spec.Address)
+	done := allocated(address.Spec.Address)
+	if res.Updated() && asked == "" {
+		// Asked for any address, given one the identity held already: say which and why.
+		done = done.note(corev1.EventTypeNormal, ipamv1alpha1.EventAddressReturnedReason, actionAllocate, fmt.Sprintf("the IPAM-API "+
+			"gave back %s, which it already held for this claim's IPAM-API identity (service %s): kept by a retention after an "+
+			"earlier claim of the identity was released, or registered by an earlier request of this claim whose answer was lost",
+			address.Spec.Address, reg.Identity.ServiceName))
+	}
+	return done
 }
 
 // fillAddress writes the allocated address and the registration record into the
@@ -395,16 +404,18 @@ func (h *Handler) registerFailed(ctx context.Context, reg *record.Registration, 
 	case ipamapi.ClassUnexpectedResponse:
 		return failed(ipamv1.IPAddressClaimReadyPoolNotReadyReason, fmt.Sprintf("%s is not answering as the IPAM-API: %s", reg.Endpoint, msg))
 	case ipamapi.ClassWrongSecret:
-		return refuse(failed(ipamv1.IPAddressClaimReadyAllocationFailedReason,
-			fmt.Sprintf("address %s is held under another secret in zone %s: request another address, or use the secret that owns it", reg.Address, reg.Zone)).
-			withEvent(ipamv1alpha1.ClaimReadyAddressTakenReason))
+		return refuse(failed(ipamv1alpha1.ClaimReadyAddressTakenReason,
+			fmt.Sprintf("address %s is held under another secret in zone %s: request another address, or use the secret that owns it", reg.Address, reg.Zone)))
 	case ipamapi.ClassNotInZone:
-		return refuse(failed(ipamv1.IPAddressClaimReadyAllocationFailedReason,
-			fmt.Sprintf("address %s does not belong to zone %s: request an address of the zone", reg.Address, reg.Zone)).withEvent(ipamv1alpha1.EventAddressNotInZoneReason))
+		return refuse(failed(ipamv1alpha1.ClaimReadyAddressNotInZoneReason,
+			fmt.Sprintf("address %s does not belong to zone %s: request an address of the zone", reg.Address, reg.Zone)))
 	case ipamapi.ClassTransient:
-		return failed(ipamv1.IPAddressClaimReadyAllocationFailedReason,
-			fmt.Sprintf("the IPAM-API at %s could not be reached: %s; retrying with back-off", reg.Endpoint, msg)).
-			withEvent(ipamv1alpha1.ClaimReadyIPAMAPIUnreachableReason)
+		if e := (*ipamapi.Error)(nil); errors.As(err, &e) && e.NotSent {
+			// Held back here, not refused there: the IPAM-API may be fine.
+			return failed(ipamv1.IPAddressClaimReadyAllocationFailedReason, fmt.Sprintf("%s; retrying with back-off", msg))
+		}
+		return failed(ipamv1alpha1.ClaimReadyIPAMAPIUnreachableReason,
+			fmt.Sprintf("the IPAM-API at %s could not be reached: %s; retrying with back-off", reg.Endpoint, msg))
 	}
 	return failed(ipamv1.IPAddressClaimReadyAllocationFailedReason, msg)
 }

@@ -3,6 +3,8 @@ package claim
 import (
 	"context"
 	"fmt"
+	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/pkg/errors"
@@ -25,8 +27,8 @@ func (h *Handler) boundHasWork(address *ipamv1.IPAddress) bool {
 		return false
 	}
 	cur, _ := record.OnClaim(h.claim.Annotations)
-	c, ok := h.toCarry(rec, cur)
-	return ok && (c.dropRefusal || c.rotate || c.reregister)
+	c, err := h.toCarry(rec, cur)
+	return err == nil && (c.dropRefusal || c.rotate || c.reregister)
 }
 
 // carry is what a bound claim's own annotations ask of its registered record; only they reach
@@ -43,11 +45,11 @@ type carry struct {
 }
 
 // toCarry compares the claim's annotations with rec; cur is the claim's own record (nil: none).
-// ok is false for an unreadable annotation: it never touches a bound address.
-func (h *Handler) toCarry(rec, cur *record.Registration) (c carry, ok bool) {
+// An unreadable annotation is an error: it never touches a bound address.
+func (h *Handler) toCarry(rec, cur *record.Registration) (c carry, err error) {
 	c.want = *rec
 	if err := h.overrides(&c.want); err != nil {
-		return carry{}, false
+		return carry{}, err
 	}
 	refused := ""
 	if cur != nil {
@@ -57,7 +59,33 @@ func (h *Handler) toCarry(rec, cur *record.Registration) (c carry, ok bool) {
 	c.dropRefusal = sameSecret && refused != ""
 	c.rotate = !sameSecret && c.want.Secret.String() != refused
 	c.reregister = !c.rotate && (c.want.RetentionPeriodDays != rec.RetentionPeriodDays || c.want.DenyExternalCleanup != rec.DenyExternalCleanup)
-	return c, true
+	return c, nil
+}
+
+// ignored warns of what the claim's annotations ask that a bound claim cannot have: another
+// address, or another IPAM-API identity. The claim keeps what it has; nothing is sent.
+func (h *Handler) ignored(done outcome, rec *record.Registration) outcome {
+	ann := h.claim.Annotations
+	var asks []string
+	if v := strings.TrimSpace(ann[ipamv1alpha1.AddressesAnnotation]); v != "" {
+		for _, s := range strings.Split(v, ",") {
+			if a, err := ipamapi.ParseHost(s); err == nil && ipamapi.FamilyOf(a) == rec.Family && netip.PrefixFrom(a, a.BitLen()).String() != rec.Address {
+				asks = append(asks, fmt.Sprintf("%s=%s", ipamv1alpha1.AddressesAnnotation, a))
+			}
+		}
+	}
+	for _, o := range []struct{ key, has string }{{ipamv1alpha1.ServiceNameAnnotation, rec.Identity.ServiceName},
+		{ipamv1alpha1.NamespaceIDAnnotation, rec.Identity.NamespaceID}, {ipamv1alpha1.ClusterIDAnnotation, rec.Identity.ClusterID}} {
+		if v := strings.TrimSpace(ann[o.key]); v != "" && v != o.has {
+			asks = append(asks, fmt.Sprintf("%s=%s", o.key, v))
+		}
+	}
+	if len(asks) == 0 {
+		return done
+	}
+	return done.note(corev1.EventTypeWarning, ipamv1alpha1.EventAnnotationIgnoredReason, actionAllocate, fmt.Sprintf("the claim is bound to %s "+
+		"under its IPAM-API identity, and keeps both: it ignores %s; delete the claim (and its machine) to get another",
+		rec.Address, strings.Join(asks, ", ")))
 }
 
 // bound handles a claim whose IPAddress exists; the IPAddress's record is authoritative. The
@@ -107,10 +135,13 @@ func (h *Handler) bound(ctx context.Context, address *ipamv1.IPAddress) outcome 
 		done.ready = "" // as it was, until the protector has looked at the Secret
 	}
 
-	c, ok := h.toCarry(rec, cur)
-	if !ok {
-		return done
+	c, err := h.toCarry(rec, cur)
+	if err != nil {
+		// Said once per change of the claim (a bound claim is reconciled when it changes).
+		return done.note(corev1.EventTypeWarning, ipamv1alpha1.ClaimReadyInvalidAnnotationReason, actionAllocate,
+			err.Error()+"; the bound address keeps its registration until the annotation is fixed")
 	}
+	done = h.ignored(done, rec)
 	if c.dropRefusal {
 		if err := h.writeRecord(ctx, h.withRefusal(rec, ""), nil); err != nil {
 			return transient(err)
@@ -301,7 +332,7 @@ func (h *Handler) rotate(ctx context.Context, address *ipamv1.IPAddress, rec, wa
 func (h *Handler) rotated(done outcome, rec *record.Registration, old record.ObjectRef) outcome {
 	done.set = append(done.set, metav1.Condition{Type: ipamv1alpha1.ClaimSecretRotatedCondition, Status: metav1.ConditionTrue,
 		Reason: ipamv1alpha1.ClaimSecretRotatedReason, Message: fmt.Sprintf("%s is owned by the secret %s", rec.Address, rec.Secret)})
-	return done.note(corev1.EventTypeNormal, "SecretRotated", actionRotate, fmt.Sprintf("%s is now owned by the secret %s (was %s)", rec.Address, rec.Secret, old))
+	return done.note(corev1.EventTypeNormal, ipamv1alpha1.EventSecretRotatedReason, actionRotate, fmt.Sprintf("%s is now owned by the secret %s (was %s)", rec.Address, rec.Secret, old))
 }
 
 // finishRotation settles a recorded rotation intent before anything else (see settleRotation):

@@ -68,7 +68,7 @@ func (h *Handler) checkIdentityFree(ctx context.Context, reg *record.Registratio
 		msg = fmt.Sprintf("another claim of Service %s (%s) holds its IPAM-API identity with no address yet, or with the same "+
 			"address; waiting until it is bound or released", owner.Name, other)
 	}
-	return stop(failed(ipamv1.IPAddressClaimReadyAllocationFailedReason, msg).withEvent(ipamv1alpha1.ClaimReadyIdentityInUseReason))
+	return stop(failed(ipamv1alpha1.ClaimReadyIdentityInUseReason, msg))
 }
 
 // holders lists the other claims that hold or are registering the address of hostKey.

@@ -22,13 +22,13 @@ import (
 
 // userError is a claim or pool setting that makes registration impossible until one changes.
 type userError struct {
-	reason, event, msg string
+	reason, msg string
 }
 
 func (e *userError) Error() string { return e.msg }
 
 func invalidAnnotation(key, format string, args ...any) error {
-	return &userError{reason: ipamv1.IPAddressClaimReadyAllocationFailedReason, event: ipamv1alpha1.ClaimReadyInvalidAnnotationReason,
+	return &userError{reason: ipamv1alpha1.ClaimReadyInvalidAnnotationReason,
 		msg: fmt.Sprintf("annotation %s: ", key) + fmt.Sprintf(format, args...)}
 }
 
@@ -38,7 +38,7 @@ func asOutcome(err error) outcome {
 	var ce *registrar.ConfigError
 	switch {
 	case errors.As(err, &ue):
-		return failed(ue.reason, ue.msg).withEvent(ue.event).final()
+		return failed(ue.reason, ue.msg).final()
 	case errors.As(err, &ce):
 		return failed(ipamv1.IPAddressClaimReadyPoolNotReadyReason, ce.Msg).final()
 	}
@@ -117,7 +117,7 @@ func (h *Handler) allowedOverride() error {
 		strings.TrimSpace(h.claim.Annotations[ipamv1alpha1.ServiceNameAnnotation]) == owner.Name {
 		return nil
 	}
-	return &userError{reason: ipamv1.IPAddressClaimReadyAllocationFailedReason, event: ipamv1alpha1.ClaimReadyIdentityOverrideNotAllowedReason,
+	return &userError{reason: ipamv1alpha1.ClaimReadyIdentityOverrideNotAllowedReason,
 		msg: fmt.Sprintf("annotation %s: %s %s does not allow claims to choose their IPAM-API identity; remove the annotation, "+
 			"or set spec.allowIdentityOverrides: true on the pool", strings.Join(used, ", "), h.claim.Spec.PoolRef.Kind, h.pool.GetName())}
 }

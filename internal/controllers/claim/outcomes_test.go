@@ -54,14 +54,14 @@ func TestOutcomes(t *testing.T) {
 		{name: "zone exhausted", pool: inet, fault: func(s *sim.Server) { s.SetExhausted("inet", "ipv4", true) },
 			reason: "PoolExhausted", text: "has no free ipv4 address left", retried: true},
 		{name: "unreachable", pool: inet, fault: func(s *sim.Server) { must(t, s.SetErrorRate(1, 503, `{"message":"upstream"}`)) },
-			reason: "AllocationFailed", event: "IPAMAPIUnreachable", text: "could not be reached", retried: true},
+			reason: "IPAMAPIUnreachable", event: "IPAMAPIUnreachable", text: "could not be reached", retried: true},
 		{name: "not the IPAM-API", pool: inet, fault: func(s *sim.Server) {
 			must(t, s.SetFaults(sim.Faults{ErrorRate: 1, ErrorStatus: 200, ErrorBody: "<html>hi</html>", ErrorContentType: "text/html"}))
 		}, reason: "PoolNotReady", text: "is not answering as the IPAM-API", retried: true},
 		{name: "address held under another secret", pool: inet, claim: map[string]string{ipamv1alpha1.AddressesAnnotation: "83.118.168.9"},
-			fault: func(*sim.Server) {}, reason: "AllocationFailed", event: "AddressTaken", text: "held under another secret"},
+			fault: func(*sim.Server) {}, reason: "AddressTaken", event: "AddressTaken", text: "held under another secret"},
 		{name: "address outside the zone", pool: inet, claim: map[string]string{ipamv1alpha1.AddressesAnnotation: "192.0.2.5"},
-			reason: "AllocationFailed", event: "AddressNotInZone", text: "does not belong to zone inet"},
+			reason: "AddressNotInZone", event: "AddressNotInZone", text: "does not belong to zone inet"},
 		{name: "missing Secret", pool: inet, claim: map[string]string{ipamv1alpha1.SecretAnnotation: "nope"},
 			reason: "SecretNotFound", text: "apps/nope with key secret not found: create it"},
 		{name: "Secret without the key", pool: inet, claim: map[string]string{ipamv1alpha1.SecretAnnotation: "nokey"},
@@ -70,14 +70,14 @@ func TestOutcomes(t *testing.T) {
 		{name: "Secret value too short", pool: inet, claim: map[string]string{ipamv1alpha1.SecretAnnotation: "short"},
 			secret: secretObj("short", "abcdef"), reason: "SecretInvalid", text: "must be 8 to 64 characters long for the IPAM-API (it has 6)"},
 		{name: "the default keyword in capitals", pool: inet, claim: map[string]string{ipamv1alpha1.SecretAnnotation: "Default"},
-			reason: "AllocationFailed", event: "InvalidAnnotation",
+			reason: "InvalidAnnotation", event: "InvalidAnnotation",
 			text: `"Default" is not a valid Secret name (lower-case letters, digits, '-' and '.'); the keyword for the provider's default secret is "default", in lower case`},
 		{name: "bad retention", pool: inet, claim: map[string]string{ipamv1alpha1.RetentionPeriodDaysAnnotation: "31"},
-			reason: "AllocationFailed", event: "InvalidAnnotation", text: "retention-period-days"},
+			reason: "InvalidAnnotation", event: "InvalidAnnotation", text: "retention-period-days"},
 		{name: "identity override without the pool's leave", pool: inet, claim: map[string]string{ipamv1alpha1.ClusterIDAnnotation: "theirs"},
-			reason: "AllocationFailed", event: "IdentityOverrideNotAllowed", text: "spec.allowIdentityOverrides"},
+			reason: "IdentityOverrideNotAllowed", event: "IdentityOverrideNotAllowed", text: "spec.allowIdentityOverrides"},
 		{name: "a Service's claim carries another name", pool: inet, owner: "web", claim: map[string]string{ipamv1alpha1.ServiceNameAnnotation: "db"},
-			reason: "AllocationFailed", event: "IdentityOverrideNotAllowed", text: "service-name"},
+			reason: "IdentityOverrideNotAllowed", event: "IdentityOverrideNotAllowed", text: "service-name"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -519,5 +519,95 @@ func TestARecordedClaimWithoutItsFinalizerGetsItBackBeforeItsPool(t *testing.T) 
 	w.deleteClaims("r")
 	w.settle()
 	w.gone(t, "r")
+	w.check()
+}
+
+// A bound claim never takes another address or identity, nor an unreadable setting: an edit
+// asking for one is said in a Warning event naming it, and the claim stays bound and Ready,
+// with nothing sent.
+func TestABoundClaimSaysWhatItIgnores(t *testing.T) {
+	for _, c := range []struct {
+		name, key, value, event, text string
+	}{
+		{"another address", ipamv1alpha1.AddressesAnnotation, "83.118.168.77", "AnnotationIgnored", "ignores ipam.vitistack.io/addresses=83.118.168.77"},
+		{"another identity", ipamv1alpha1.ServiceNameAnnotation, "other", "AnnotationIgnored", "ignores ipam.vitistack.io/service-name=other"},
+		{"an unreadable retention", ipamv1alpha1.RetentionPeriodDaysAnnotation, "ten", "InvalidAnnotation",
+			`"ten" is not a whole number of days from 0 to 30; the bound address keeps its registration until the annotation is fixed`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := newWorld(t)
+			w.create(&ipamv1alpha1.VitistackIPPool{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "routed"},
+				Spec: ipamv1alpha1.VitistackIPPoolSpec{Zone: "inet", IPFamily: ipamv1alpha1.IPv4, AllowIdentityOverrides: true}})
+			w.create(claimObj("c", "routed", nil))
+			w.settle()
+			bound := w.addressOf("c")
+			if bound == nil {
+				t.Fatalf("the claim did not bind:\n%s", w.describe())
+			}
+			w.drainEvents()
+			sent := w.api.Stats().Total(sim.RouteRegister)
+
+			cl := w.get(claimObj("c", "", nil)).(*ipamv1.IPAddressClaim)
+			patch := client.MergeFrom(cl.DeepCopy())
+			if cl.Annotations == nil {
+				cl.Annotations = map[string]string{}
+			}
+			cl.Annotations[c.key] = c.value
+			must(t, w.direct.Patch(w.ctx, cl, patch))
+			w.settle()
+
+			var warned []string
+			for _, e := range w.drainEvents() {
+				if strings.HasPrefix(e, "Warning "+c.event+" ") && strings.Contains(e, c.text) {
+					warned = append(warned, e)
+				}
+			}
+			if len(warned) == 0 {
+				t.Errorf("no Warning %s event saying %q", c.event, c.text)
+			}
+			got := w.get(claimObj("c", "", nil)).(*ipamv1.IPAddressClaim)
+			if cond := readyOf(got); cond == nil || cond.Status != metav1.ConditionTrue {
+				t.Errorf("Ready = %+v, want the claim still Ready", cond)
+			}
+			if a := w.addressOf("c"); a == nil || a.Spec.Address != bound.Spec.Address {
+				t.Errorf("the claim is no longer bound to %s", bound.Spec.Address)
+			}
+			if n := w.api.Stats().Total(sim.RouteRegister) - sent; n != 0 {
+				t.Errorf("%d registrations sent for an edit the claim ignores", n)
+			}
+			w.check()
+		})
+	}
+}
+
+// A claim made again under the name of one released with a retention asks for any address
+// and gets the retained one back: a Normal event says which, and why.
+func TestAClaimIsToldItGotARetainedAddressBack(t *testing.T) {
+	w := newWorld(t)
+	pools(w)
+	w.create(claimObj("c", "routed", map[string]string{ipamv1alpha1.RetentionPeriodDaysAnnotation: "7"}))
+	w.settle()
+	first := w.addressOf("c")
+	if first == nil {
+		t.Fatalf("the claim did not bind:\n%s", w.describe())
+	}
+	w.deleteClaims("c")
+	w.settle()
+	w.gone(t, "c")
+	w.drainEvents()
+
+	w.create(claimObj("c", "routed", nil))
+	w.settle()
+	again := w.addressOf("c")
+	if again == nil || again.Spec.Address != first.Spec.Address {
+		t.Fatalf("the claim made again is not bound to the retained %s:\n%s", first.Spec.Address, w.describe())
+	}
+	told := false
+	for _, e := range w.drainEvents() {
+		told = told || strings.HasPrefix(e, "Normal AddressReturned ") && strings.Contains(e, "gave back "+first.Spec.Address)
+	}
+	if !told {
+		t.Errorf("no Normal AddressReturned event naming %s", first.Spec.Address)
+	}
 	w.check()
 }

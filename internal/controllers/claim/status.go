@@ -30,9 +30,7 @@ type outcome struct {
 	ready   metav1.ConditionStatus
 	reason  string
 	message string
-	// event is the reason of the event for a changed Ready condition ("": reason).
-	event  string
-	action string
+	action  string
 	// set and drop are other conditions to set or remove (SecretRotated, AddressShared).
 	set  []metav1.Condition
 	drop []string
@@ -63,7 +61,6 @@ func transient(err error) outcome { return outcome{err: err} }
 // stop is an outcome that ends the step it came from (nil: the step goes on).
 func stop(o outcome) *outcome { return &o }
 
-func (o outcome) withEvent(reason string) outcome { o.event = reason; return o }
 func (o outcome) final() outcome                  { o.terminal = true; return o }
 func (o outcome) retryIn(d time.Duration) outcome { o.retry = max(d, time.Millisecond); return o }
 func (o outcome) releasing() outcome              { o.action = actionRelease; return o }
@@ -88,9 +85,6 @@ func (h *Handler) report(ctx context.Context, o outcome) (ctrl.Result, error) {
 			typ, reason := corev1.EventTypeWarning, o.reason
 			if o.ready == metav1.ConditionTrue {
 				typ = corev1.EventTypeNormal
-			}
-			if o.event != "" {
-				reason = o.event
 			}
 			h.Recorder.Eventf(h.claim, nil, typ, reason, o.action, "%s", o.message)
 		}

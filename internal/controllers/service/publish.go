@@ -79,10 +79,15 @@ func (r *Reconciler) checkAnnounced(svc *corev1.Service, spec *lbservice.Spec) {
 		if !slices.Contains(spec.Families, fam) || handed[fam] != "" || spec.Addresses[fam] == netip.PrefixFrom(a, a.BitLen()).String() {
 			continue
 		}
+		why := "MetalLB's IPAddressPool %q assigns addresses itself, and the IPAM-API may have given %s to someone else. " +
+			"Set autoAssign: false on that pool"
+		if len(handed) == 1 && svc.Spec.IPFamilyPolicy != nil && *svc.Spec.IPFamilyPolicy == corev1.IPFamilyPolicyPreferDualStack {
+			// MetalLB adds the second family of a PreferDualStack Service itself, autoAssign or not.
+			why = "MetalLB took it from IPAddressPool %q for this PreferDualStack Service itself, whatever the pool's autoAssign " +
+				"says, and the IPAM-API may have given %s to someone else. Use spec.ipFamilyPolicy RequireDualStack"
+		}
 		r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, ipamv1alpha1.EventMetalLBAssignedReason, actionAllocate,
-			"MetalLB announces %s, which this provider has not handed it: MetalLB's IPAddressPool %q assigns addresses itself, "+
-				"and the IPAM-API may have given %s to someone else. Set autoAssign: false on that pool; "+
-				"MetalLB moves to the registered address once the claim is bound",
+			"MetalLB announces %s, which this provider has not handed it: "+why+"; MetalLB moves to the registered address once the claim is bound",
 			a, svc.Annotations[lbservice.MetalLBAllocatedFromPoolAnnotation], a)
 	}
 }
