@@ -122,6 +122,10 @@ const (
 	// EventMetalLBAssignedReason: MetalLB announces, for a Service, an address the
 	// provider has not handed it: a MetalLB pool with autoAssign on picked it.
 	EventMetalLBAssignedReason = "MetalLBAssigned"
+	// EventMetalLBRefusedReason: MetalLB refuses, for a Service, the addresses the
+	// provider handed it (its AllocationFailed event names them): no MetalLB pool covers
+	// them, say, and MetalLB announces nothing for the Service.
+	EventMetalLBRefusedReason = "MetalLBRefused"
 	// EventReleasedReason: a claim's address was released with a retention that keeps
 	// it for the claim's identity.
 	EventReleasedReason = "Released"

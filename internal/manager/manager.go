@@ -6,6 +6,8 @@ import (
 
 	"github.com/pkg/errors"
 	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -16,6 +18,7 @@ import (
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
@@ -59,9 +62,16 @@ func ControllerConfig() config.Controller {
 
 // CacheOptions is the manager's cache: every object without its managedFields (the
 // provider never reads them, and copying them cost a tenth of its CPU), all namespaces
-// or only watchNamespace.
+// or only watchNamespace. Of core/v1 Events it holds only MetalLB's controller's with
+// reason AllocationFailed (its refusals, which the Service controller relays; only it
+// watches Events, so without it none are cached), not the provider's own warnings of
+// that reason.
 func CacheOptions(watchNamespace string) cache.Options {
-	o := cache.Options{DefaultTransform: cacheTransform()}
+	o := cache.Options{DefaultTransform: cacheTransform(), ByObject: map[client.Object]cache.ByObject{
+		&corev1.Event{}: {Field: fields.SelectorFromSet(fields.Set{
+			"reason": service.MetalLBAllocationFailedReason, "source": service.MetalLBController,
+		})},
+	}}
 	if watchNamespace != "" {
 		o.DefaultNamespaces = map[string]cache.Config{watchNamespace: {}}
 	}

@@ -10,6 +10,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -33,8 +34,10 @@ import (
 // the ip-family annotation alone dropping a family of a dual-stack Service, and a port
 // of a sharing Service moved onto the other's (no version of either sharing Service
 // lacks the shared address). A MetalLB pool with autoAssign on is named in a warning on
-// the Service MetalLB gave an address of its own. The accounting oracle finds nothing
-// wrong.
+// the Service MetalLB gave an address of its own. A Service whose registered address no
+// MetalLB pool covers gets nothing from MetalLB, and the provider relays MetalLB's
+// refusal on it (MetalLBRefused); it gets the address once the pool covers it. The
+// accounting oracle finds nothing wrong.
 func TestMetalLBAnnouncesWhatTheIPAMAPIRegistered(t *testing.T) {
 	onOwn.enter(t)
 	g := newG(t)
@@ -271,11 +274,15 @@ func TestMetalLBAnnouncesWhatTheIPAMAPIRegistered(t *testing.T) {
 	}
 
 	all := []*corev1.Service{v4, v6, dual, first, second, third, mover, grow}
-	// With autoAssign off, MetalLB announced nothing of its own through all of that: the
-	// provider warned of nothing, moves and family switches included.
+	// With autoAssign off, MetalLB announced nothing of its own through all of that, and
+	// refused nothing the provider handed it: the provider warned of nothing, moves and
+	// family switches included (MetalLB refuses the one address of a Service switched to
+	// two families, dual and grow here, until the provider hands it the pair: that is no
+	// refusal to relay).
 	for _, s := range all {
 		for _, e := range eventsOf(t, w, s) {
-			g.Expect(e.Reason).NotTo(Equal(ipamv1alpha1.EventMetalLBAssignedReason), "Service %s: %s", s.Name, e.Message)
+			g.Expect(e.Reason).NotTo(BeElementOf(ipamv1alpha1.EventMetalLBAssignedReason, ipamv1alpha1.EventMetalLBRefusedReason),
+				"Service %s: %s", s.Name, e.Message)
 		}
 	}
 	var addresses []string
@@ -288,6 +295,49 @@ func TestMetalLBAnnouncesWhatTheIPAMAPIRegistered(t *testing.T) {
 	for _, ip := range addresses {
 		g.Expect(activeHolders(t, w, ip)).To(BeEmpty(), "%s is released", ip)
 	}
+
+	// A Service of a zone whose addresses no MetalLB pool covers (MetalLB's hnet-public
+	// pool holds other addresses for this step): the provider registers an address and
+	// hands it to MetalLB, which refuses it ("… is not allowed in config", a Warning
+	// AllocationFailed of its own) and announces nothing. The provider relays the refusal
+	// on the Service, where on-call looks: MetalLBRefused, naming the address and quoting
+	// MetalLB. Once the pool covers the address again, MetalLB announces it.
+	newGlobalPool(t, w, "hnet-public-ipv4", "hnet-public", ipamv1alpha1.IPv4)
+	elsewhere := localcluster.StandInPools()
+	for i := range elsewhere {
+		if elsewhere[i].Name == "hnet-public" {
+			elsewhere[i].Addresses = []string{"192.0.2.0/24"} // TEST-NET-1: no zone's
+		}
+	}
+	g.Expect(w.SetMetalLBPools(ctx, elsewhere)).To(Succeed())
+	// MetalLB's controller counts the pool's addresses from what it uses: once it counts
+	// the /24, it refuses the zone's addresses.
+	g.Eventually(func() int64 { return metalLBAvailableIPv4(t, w, "hnet-public") }).Should(BeEquivalentTo(256))
+	outside := service("outside", 443, map[string]string{ipamv1alpha1.ZoneAnnotation: "hnet-public"})
+	var refused string
+	g.Eventually(func(g Gomega) {
+		got := &corev1.Service{}
+		g.Expect(w.Client.Get(ctx, client.ObjectKeyFromObject(outside), got)).To(Succeed())
+		refused = got.Annotations["metallb.io/loadBalancerIPs"]
+		g.Expect(refused).NotTo(BeEmpty())
+	}).Should(Succeed(), "the provider hands the address to MetalLB")
+	registeredFor([]string{refused}, "outside")
+	g.Eventually(func() []string {
+		var notes []string
+		for _, e := range eventsOf(t, w, outside) {
+			if e.Reason == ipamv1alpha1.EventMetalLBRefusedReason && e.Type == corev1.EventTypeWarning {
+				notes = append(notes, e.Message)
+			}
+		}
+		return notes
+	}).Should(ContainElement(And(ContainSubstring("handed it ("+refused+")"), ContainSubstring(`["`+refused+`"] is not allowed in config`),
+		ContainSubstring("IPAddressPool"))), "the provider relays MetalLB's refusal of %s", refused)
+	g.Expect(announcedNow(t, w, outside)).To(BeEmpty(), "MetalLB announces an address it refuses")
+	g.Expect(w.SetMetalLBPools(ctx, localcluster.StandInPools())).To(Succeed())
+	g.Eventually(func() []string { return announcedNow(t, w, outside) }).Should(Equal([]string{refused}),
+		"MetalLB announces the handed address once its pool covers it")
+	deleteAndWait(t, w, outside)
+	g.Expect(activeHolders(t, w, refused)).To(BeEmpty(), "%s is released", refused)
 
 	// A MetalLB pool with autoAssign on, by mistake, and a new Service whose claim
 	// cannot bind yet (the IPAM-API answers 503): MetalLB announces an address it picked
@@ -356,6 +406,18 @@ func watchService(t *testing.T, w *localcluster.ControlPlane, svc *corev1.Servic
 	g.Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(func() { versions.Stop() })
 	return versions
+}
+
+// metalLBAvailableIPv4 is how many IPv4 addresses MetalLB's controller counts in its
+// IPAddressPool name (the pool's status.availableIPv4).
+func metalLBAvailableIPv4(t *testing.T, w *localcluster.ControlPlane, name string) int64 {
+	t.Helper()
+	pool := &unstructured.Unstructured{}
+	pool.SetAPIVersion("metallb.io/v1beta1")
+	pool.SetKind("IPAddressPool")
+	newG(t).Expect(w.Client.Get(context.Background(), client.ObjectKey{Namespace: localcluster.MetalLBNamespace, Name: name}, pool)).To(Succeed())
+	n, _, _ := unstructured.NestedInt64(pool.Object, "status", "availableIPv4")
+	return n
 }
 
 // announcedNow is what MetalLB's status of the Service lists now.

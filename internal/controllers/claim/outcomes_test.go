@@ -611,3 +611,35 @@ func TestAClaimIsToldItGotARetainedAddressBack(t *testing.T) {
 	}
 	w.check()
 }
+
+// A claim whose namespace is being deleted registers nothing (its IPAddress could not be
+// created there, and the namespace's deletion takes the claim away): no request, no
+// IPAddress, no event, no error; deleted, it goes.
+func TestAClaimOfAnEndingNamespaceRegistersNothing(t *testing.T) {
+	w := newWorld(t)
+	pools(w)
+	ns := &corev1.Namespace{}
+	must(t, w.direct.Get(w.ctx, client.ObjectKey{Name: "apps"}, ns))
+	ns.Finalizers = append(ns.Finalizers, "test.example/hold")
+	must(t, w.direct.Update(w.ctx, ns))
+	must(t, w.direct.Delete(w.ctx, ns))
+	sent := w.api.Stats().Total(sim.RouteRegister)
+	w.create(claimObj("late", "routed", nil))
+	w.settle()
+	if n := w.api.Stats().Total(sim.RouteRegister) - sent; n != 0 {
+		t.Errorf("%d registrations sent for a claim of a namespace being deleted", n)
+	}
+	if a := w.addressOf("late"); a != nil {
+		t.Errorf("an IPAddress %s was created in a namespace being deleted", a.Spec.Address)
+	}
+	if events := w.drainEvents(); len(events) != 0 {
+		t.Errorf("events for a claim of a namespace being deleted: %q", events)
+	}
+	res, err := w.claims.Reconcile(w.ctx, ctrl.Request{NamespacedName: client.ObjectKey{Namespace: "apps", Name: "late"}})
+	if err != nil || !res.IsZero() {
+		t.Errorf("the reconcile returned %+v, %v; want nothing to do", res, err)
+	}
+	w.deleteClaims("late")
+	w.settle()
+	w.gone(t, "late")
+}

@@ -2,10 +2,12 @@ package claim
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"time"
 
 	"github.com/pkg/errors"
+	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -14,6 +16,7 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	"sigs.k8s.io/cluster-api/util/annotations"
+	"sigs.k8s.io/cluster-api/util/conditions"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -84,6 +87,12 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, h *Handler, pool ipamv
 		return ctrl.Result{}, errors.Wrap(err, "failed to fetch address")
 	}
 	exists := err == nil
+	if !exists && r.namespaceEnding(ctx, claim.Namespace) {
+		// Nothing is registered for a claim its namespace is taking away (nor can its
+		// IPAddress be created there); its deletion releases what its record names.
+		ctrl.LoggerFrom(ctx).V(2).Info("The claim's namespace is being deleted, skipping allocation")
+		return ctrl.Result{}, nil
+	}
 	before := address.DeepCopy()
 	o := h.bound
 	if !exists {
@@ -110,7 +119,14 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, h *Handler, pool ipamv
 	res := ctrl.Result{}
 	switch {
 	case !exists:
-		if err := r.Client.Create(ctx, &address); err != nil {
+		if err := r.Client.Create(ctx, &address); apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+			// Registered as the namespace's deletion began: the claim's deletion, which
+			// follows, releases it from the claim's record.
+			conditions.Set(claim, metav1.Condition{Type: ipamv1.IPAddressClaimReadyCondition, Status: metav1.ConditionFalse,
+				Reason: ipamv1.IPAddressClaimReadyAllocationFailedReason, Message: fmt.Sprintf("namespace %s is being deleted: "+
+					"the IPAddress cannot be created, and the address is released when the claim goes", claim.Namespace)})
+			return ctrl.Result{}, nil
+		} else if err != nil {
 			return ctrl.Result{}, errors.Wrap(err, "failed to create address")
 		}
 		ctrl.LoggerFrom(ctx).V(2).Info("IPAddress created", "address", address.Spec.Address)
@@ -210,4 +226,11 @@ func clusterUnpaused() predicate.Funcs {
 		DeleteFunc:  func(e event.DeleteEvent) bool { return !paused(e.Object) },
 		GenericFunc: func(event.GenericEvent) bool { return false },
 	}
+}
+
+// namespaceEnding reports whether the namespace is being deleted, as the cache shows it (one
+// the cache does not show yet is not: reading it for the claim's identity fails, and retries).
+func (r *Reconciler) namespaceEnding(ctx context.Context, name string) bool {
+	ns := &corev1.Namespace{}
+	return r.Client.Get(ctx, client.ObjectKey{Name: name}, ns) == nil && !ns.DeletionTimestamp.IsZero()
 }

@@ -33,6 +33,7 @@ import (
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups="",resources=services/finalizers,verbs=update
 // +kubebuilder:rbac:groups=ipam.cluster.x-k8s.io,resources=ipaddressclaims,verbs=create;delete
+// +kubebuilder:rbac:groups="",resources=events,verbs=get;list;watch
 
 // Reconciler gives Services of type LoadBalancer their addresses through
 // IPAddressClaims, one per family, against the GlobalVitistackIPPool of the Service's
@@ -94,6 +95,17 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 			predicate.Funcs{
 				CreateFunc:  func(event.CreateEvent) bool { return true },
 				UpdateFunc:  func(e event.UpdateEvent) bool { return e.ObjectOld.GetGeneration() != e.ObjectNew.GetGeneration() },
+				DeleteFunc:  func(event.DeleteEvent) bool { return false },
+				GenericFunc: func(event.GenericEvent) bool { return false },
+			}).
+		// MetalLB's refusal of what the provider handed it is an event, written apart
+		// from its status update (either may come first): its arrival brings the
+		// Service back, to relay it. The cache holds only MetalLB's AllocationFailed
+		// events (manager.CacheOptions).
+		Watches(&corev1.Event{}, handler.EnqueueRequestsFromMapFunc(serviceOfRefusal),
+			predicate.Funcs{
+				CreateFunc:  func(event.CreateEvent) bool { return true },
+				UpdateFunc:  func(event.UpdateEvent) bool { return true }, // a repeat (count, lastTimestamp)
 				DeleteFunc:  func(event.DeleteEvent) bool { return false },
 				GenericFunc: func(event.GenericEvent) bool { return false },
 			}).
@@ -190,6 +202,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		r.wrote(svc, serviceType, svc)
 	}
 	r.checkAnnounced(svc, spec)
+	if err := r.checkRefused(ctx, svc, spec); err != nil {
+		return ctrl.Result{}, err
+	}
 
 	claims, err := r.claimsOf(ctx, svc)
 	if err != nil {
