@@ -3,7 +3,6 @@ package claim
 import (
 	"context"
 	"fmt"
-	"net/netip"
 	"strings"
 	"time"
 
@@ -67,12 +66,8 @@ func (h *Handler) toCarry(rec, cur *record.Registration) (c carry, err error) {
 func (h *Handler) ignored(done outcome, rec *record.Registration) outcome {
 	ann := h.claim.Annotations
 	var asks []string
-	if v := strings.TrimSpace(ann[ipamv1alpha1.AddressesAnnotation]); v != "" {
-		for _, s := range strings.Split(v, ",") {
-			if a, err := ipamapi.ParseHost(s); err == nil && ipamapi.FamilyOf(a) == rec.Family && netip.PrefixFrom(a, a.BitLen()).String() != rec.Address {
-				asks = append(asks, fmt.Sprintf("%s=%s", ipamv1alpha1.AddressesAnnotation, a))
-			}
-		}
+	if a, err := requested(ann, rec.Family); err == nil && a != "" && a != rec.Address {
+		asks = append(asks, fmt.Sprintf("%s=%s", ipamv1alpha1.AddressesAnnotation, strings.TrimSpace(ann[ipamv1alpha1.AddressesAnnotation])))
 	}
 	for _, o := range []struct{ key, has string }{{ipamv1alpha1.ServiceNameAnnotation, rec.Identity.ServiceName},
 		{ipamv1alpha1.NamespaceIDAnnotation, rec.Identity.NamespaceID}, {ipamv1alpha1.ClusterIDAnnotation, rec.Identity.ClusterID}} {

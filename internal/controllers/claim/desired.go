@@ -56,22 +56,11 @@ func (h *Handler) desired(ctx context.Context) (*record.Registration, error) {
 	}
 	ann := h.claim.Annotations
 	// The address the user asked for, if any: the entry of the pool's family.
-	if v := strings.TrimSpace(ann[ipamv1alpha1.AddressesAnnotation]); v != "" {
-		for _, s := range strings.Split(v, ",") {
-			a, err := ipamapi.ParseHost(s)
-			if err != nil {
-				return nil, invalidAnnotation(ipamv1alpha1.AddressesAnnotation, "%v; give bare addresses or host CIDRs, comma-separated", err)
-			}
-			if ipamapi.FamilyOf(a) == reg.Family {
-				if reg.Address != "" {
-					return nil, invalidAnnotation(ipamv1alpha1.AddressesAnnotation, "more than one %s address in %q; give one per family", reg.Family, v)
-				}
-				reg.Address = netip.PrefixFrom(a, a.BitLen()).String()
-			}
-		}
-		if reg.Address == "" {
-			return nil, invalidAnnotation(ipamv1alpha1.AddressesAnnotation, "%q has no %s address for pool %s", v, reg.Family, h.pool.GetName())
-		}
+	if reg.Address, err = requested(ann, reg.Family); err != nil {
+		return nil, err
+	}
+	if v := strings.TrimSpace(ann[ipamv1alpha1.AddressesAnnotation]); v != "" && reg.Address == "" {
+		return nil, invalidAnnotation(ipamv1alpha1.AddressesAnnotation, "%q has no %s address for pool %s", v, reg.Family, h.pool.GetName())
 	}
 	if err := h.overrides(reg); err != nil {
 		return nil, err
@@ -98,6 +87,29 @@ func (h *Handler) desired(ctx context.Context) (*record.Registration, error) {
 		reg.Identity.ClusterID = v
 	}
 	return reg, nil
+}
+
+// requested is the address of family fam the addresses annotation asks for, as a host
+// CIDR ("": none).
+func requested(ann map[string]string, fam ipamapi.Family) (string, error) {
+	v := strings.TrimSpace(ann[ipamv1alpha1.AddressesAnnotation])
+	if v == "" {
+		return "", nil
+	}
+	out := ""
+	for _, s := range strings.Split(v, ",") {
+		a, err := ipamapi.ParseHost(s)
+		if err != nil {
+			return "", invalidAnnotation(ipamv1alpha1.AddressesAnnotation, "%v; give bare addresses or host CIDRs, comma-separated", err)
+		}
+		if ipamapi.FamilyOf(a) == fam {
+			if out != "" {
+				return "", invalidAnnotation(ipamv1alpha1.AddressesAnnotation, "more than one %s address in %q; give one per family", fam, v)
+			}
+			out = netip.PrefixFrom(a, a.BitLen()).String()
+		}
+	}
+	return out, nil
 }
 
 // allowedOverride refuses identity overrides the pool does not allow, except a Service's

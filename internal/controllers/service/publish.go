@@ -133,7 +133,7 @@ func serviceOfRefusal(_ context.Context, o client.Object) []reconcile.Request {
 func (r *Reconciler) checkRefused(ctx context.Context, svc *corev1.Service, spec *lbservice.Spec) error {
 	value := svc.Annotations[lbservice.MetalLBLoadBalancerIPsAnnotation]
 	byFam := byFamily(value)
-	if len(byFam) == 0 || len(byFam) != len(spec.Families) || slices.ContainsFunc(spec.Families, func(f ipamapi.Family) bool { return byFam[f] == "" }) {
+	if len(byFam) != len(spec.Families) || slices.ContainsFunc(spec.Families, func(f ipamapi.Family) bool { return byFam[f] == "" }) {
 		return nil
 	}
 	handed := slices.Collect(maps.Values(byFam))
