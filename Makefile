@@ -42,13 +42,14 @@ HELM := $(BIN)/helm
 # make helm-package writes its archive.
 CHART := charts/cluster-api-ipam-provider-vitistack
 CHART_DIR := $(ROOT)/out/charts
-# kube-apiserver, kube-controller-manager and etcd of one version, side by side.
+# kube-apiserver, kube-controller-manager, etcd and kubectl of one version, side by side.
 KUBE_ASSETS := $(BIN)/k8s/$(KUBE_VERSION)
 KUBE_APISERVER := $(KUBE_ASSETS)/kube-apiserver
 KUBE_CONTROLLER_MANAGER := $(KUBE_ASSETS)/kube-controller-manager
 ETCD := $(KUBE_ASSETS)/etcd
+KUBECTL := $(KUBE_ASSETS)/kubectl
 
-TEST_ASSETS := $(KUBE_APISERVER) $(ETCD) $(KUBE_CONTROLLER_MANAGER)
+TEST_ASSETS := $(KUBE_APISERVER) $(ETCD) $(KUBE_CONTROLLER_MANAGER) $(KUBECTL)
 export KUBEBUILDER_ASSETS := $(KUBE_ASSETS)
 
 # Release artifacts (make release-manifests) and the offline clusterctl repository that
@@ -68,6 +69,7 @@ PREVIOUS_MANAGER := $(PREVIOUS_RELEASE)/manager
 # What test/e2e and hack/quickstart run; exported so that `go test ./test/e2e` finds them.
 export E2E_REPOSITORY := $(LOCAL_REPOSITORY)
 export E2E_CLUSTERCTL := $(CLUSTERCTL)
+export E2E_KUBECTL := $(KUBECTL)
 export E2E_MANAGER := $(MANAGER)
 export E2E_IPAM_API_SIM := $(IPAM_API_SIM)
 export E2E_QUICKSTART := $(BIN)/quickstart
@@ -211,23 +213,32 @@ UNIT_PACKAGES = $$(go list -test -f '{{if .ForTest}}{{.ForTest}} {{join .Deps " 
 # The seeded simulation of every controller (test/simulation) runs without -race: one
 # goroutine runs at a time there, and the race detector makes it five times slower.
 # SIM_SEEDS=n runs seeds 1 to n (CI: its fixed set), SIM_SEED=n replays one.
-SIM_TEST = $(GO_TEST) -count=1 -timeout $(TEST_TIMEOUT) ./test/simulation/
+SIM_TEST = $(GO_TEST_REPORTED) -count=1 -timeout $(TEST_TIMEOUT) ./test/simulation/
+
+# The suites run through hack/testreport (go test -json): the log keeps go test's output
+# without -v, each package's line says how many tests ran, passed, failed and skipped,
+# and the log ends with what failed (CI shows its end). A test that skipped or a package
+# that ran no test fails the run: a suite that skips itself (a variable not exported, a
+# tool not built, a RUN that matches nothing) must not look like one that passed.
+# (test/bench holds benchmarks only: make bench runs them.)
+TESTREPORT := $(BIN)/testreport
+GO_TEST_REPORTED = $(TESTREPORT) -require-tests -allow-no-tests '/test/bench$$' -- $(GO_TEST) -json
 
 .PHONY: test
-test: verify-gen verify-tidy verify-imports vet lint test-assets e2e-assets release $(PROMTOOL) $(PROMETHEUS) $(HELM) $(PREVIOUS_MANAGER) ## Everything on Kubernetes KUBE_VERSION (default the newest): generated files, go.mod tidy, vet, lint, then all tests (unit, envtest, e2e).
+test: verify-gen verify-tidy verify-imports vet lint test-assets e2e-assets release $(TESTREPORT) $(PROMTOOL) $(PROMETHEUS) $(HELM) $(PREVIOUS_MANAGER) ## Everything on Kubernetes KUBE_VERSION (default the newest): generated files, go.mod tidy, vet, lint, then all tests (unit, envtest, e2e).
 	@echo "Testing on Kubernetes $(KUBE_VERSION) (etcd $(ETCD_VERSION))"
 	@$(PROGRESS) "Running the unit, envtest and other suites with -race (~5 min; a line per package as it ends)" -- \
-		$(GO_TEST) $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) $(GO_PACKAGES_BUT_E2E)
+		$(GO_TEST_REPORTED) $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) $(GO_PACKAGES_BUT_E2E)
 	@$(PROGRESS) "Running the seeded simulation (40 seeds, ~1 min)" -- $(SIM_TEST)
-	@$(PROGRESS) "Running the end-to-end suite (~6 min)" -- $(GO_TEST) $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) ./test/e2e/
+	@$(PROGRESS) "Running the end-to-end suite (~6 min)" -- $(GO_TEST_REPORTED) $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) ./test/e2e/
 
 .PHONY: test-kube
-test-kube: test-assets e2e-assets $(PROMETHEUS) $(HELM) $(PREVIOUS_MANAGER) ## Only the suites that run a control plane (envtest, templates, e2e), on KUBE_VERSION: make test-kube KUBE_VERSION=v1.33.4; RUN=regexp picks e2e tests.
+test-kube: test-assets e2e-assets $(TESTREPORT) $(PROMETHEUS) $(HELM) $(PREVIOUS_MANAGER) ## Only the suites that run a control plane (envtest, templates, e2e), on KUBE_VERSION: make test-kube KUBE_VERSION=v1.33.4; RUN=regexp picks e2e tests.
 	@echo "Testing on Kubernetes $(KUBE_VERSION) (etcd $(ETCD_VERSION))"
 	@$(PROGRESS) "Running the suites that start a control plane (~3 min)" -- \
-		$(GO_TEST) $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) $(CONTROL_PLANE_PACKAGES_BUT_E2E)
+		$(GO_TEST_REPORTED) $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) $(CONTROL_PLANE_PACKAGES_BUT_E2E)
 	@$(PROGRESS) "Running the end-to-end suite$(if $(RUN), (the tests RUN picks))" -- \
-		$(GO_TEST) $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) $(if $(RUN),-run '$(RUN)') ./test/e2e/
+		$(GO_TEST_REPORTED) $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) $(if $(RUN),-run '$(RUN)') ./test/e2e/
 
 # On the oldest Kubernetes, CI runs the end-to-end tests whose outcome depends on the API
 # server's version beyond what the envtest suites show: installing, upgrading, moving and
@@ -243,15 +254,15 @@ ci: ## What CI runs (.ci/run): make test on the newest Kubernetes, then make tes
 	$(MAKE) test-kube KUBE_VERSION=$(KUBE_VERSION_OLDEST) RUN='$(E2E_ON_OLDEST)'
 
 .PHONY: test-unit
-test-unit: $(PROMTOOL) $(HELM) $(CLUSTERCTL) release ## Only the fast tier: tests that start no control plane (seconds; builds promtool, Helm and clusterctl once), and the seeded simulation.
-	$(GO_TEST) $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) $(UNIT_PACKAGES)
+test-unit: $(TESTREPORT) $(PROMTOOL) $(HELM) $(CLUSTERCTL) release ## Only the fast tier: tests that start no control plane (seconds; builds promtool, Helm and clusterctl once), and the seeded simulation.
+	$(GO_TEST_REPORTED) $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) $(UNIT_PACKAGES)
 	$(SIM_TEST)
 
 .PHONY: test-go
-test-go: test-assets e2e-assets release $(PROMTOOL) $(PROMETHEUS) $(HELM) $(PREVIOUS_MANAGER) ## All Go tests, without the generation and lint checks of make test.
-	$(GO_TEST) $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) $(GO_PACKAGES_BUT_E2E)
+test-go: test-assets e2e-assets release $(TESTREPORT) $(PROMTOOL) $(PROMETHEUS) $(HELM) $(PREVIOUS_MANAGER) ## All Go tests, without the generation and lint checks of make test.
+	$(GO_TEST_REPORTED) $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) $(GO_PACKAGES_BUT_E2E)
 	$(SIM_TEST)
-	$(GO_TEST) $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) ./test/e2e/
+	$(GO_TEST_REPORTED) $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) ./test/e2e/
 
 FUZZTIME ?= 30s
 .PHONY: fuzz
@@ -372,6 +383,9 @@ $(METALLB): hack/tools/metallb/go.mod
 
 # The Cluster API in-cluster IPAM provider, the baseline of make bench-compare.
 IPAM_INCLUSTER := $(BIN)/ipam-incluster
+$(TESTREPORT): $(wildcard hack/testreport/*.go)
+	$(GO_BUILD) build -trimpath -o $@ ./hack/testreport
+
 $(IPAM_INCLUSTER): hack/tools/incluster/go.mod
 	@cd hack/tools/incluster && $(PROGRESS) "Building the in-cluster IPAM provider from source into bin/ (first run only, ~2 min)" -- \
 		$(GO_BUILD) build -ldflags "$(TOOL_LDFLAGS)" -o $@ sigs.k8s.io/cluster-api-ipam-provider-in-cluster
@@ -383,6 +397,10 @@ $(ETCD): hack/tools/etcd/$(ETCD_VERSION)/go.mod
 $(KUBE_APISERVER): hack/tools/kube/$(KUBE_VERSION)/go.mod
 	@cd hack/tools/kube/$(KUBE_VERSION) && $(PROGRESS) "Building kube-apiserver $(KUBE_VERSION) from source into bin/ (first run only, ~6 min on 2 cores, with its module downloads more)" -- \
 		$(GO_BUILD) build -ldflags "$(TOOL_LDFLAGS) $(KUBE_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/kube-apiserver
+
+$(KUBECTL): hack/tools/kube/$(KUBE_VERSION)/go.mod
+	@cd hack/tools/kube/$(KUBE_VERSION) && $(PROGRESS) "Building kubectl $(KUBE_VERSION) from source into bin/ (first run only, ~1 min)" -- \
+		$(GO_BUILD) build -ldflags "$(TOOL_LDFLAGS) $(KUBE_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/kubectl
 
 $(KUBE_CONTROLLER_MANAGER): hack/tools/kube/$(KUBE_VERSION)/go.mod
 	@cd hack/tools/kube/$(KUBE_VERSION) && $(PROGRESS) "Building kube-controller-manager $(KUBE_VERSION) from source into bin/ (first run only, ~4 min on 2 cores)" -- \

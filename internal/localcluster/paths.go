@@ -12,8 +12,8 @@ type Paths struct {
 	// Assets holds kube-apiserver, etcd and kube-controller-manager (KUBEBUILDER_ASSETS).
 	Assets string
 	// Clusterctl, Manager, Sim and Quickstart are the clusterctl, manager, ipam-api-sim
-	// and quickstart binaries.
-	Clusterctl, Manager, Sim, Quickstart string
+	// and quickstart binaries; Kubectl is kubectl of the control plane's version.
+	Clusterctl, Manager, Sim, Quickstart, Kubectl string
 	// Repository is the offline clusterctl repository, with clusterctl.yaml at its root.
 	Repository string
 	// Version is the provider's version in the repository, Image its default image.
@@ -36,6 +36,7 @@ func PathsFromEnv() (p Paths, ok bool) {
 		Manager:     os.Getenv("E2E_MANAGER"),
 		Sim:         os.Getenv("E2E_IPAM_API_SIM"),
 		Quickstart:  os.Getenv("E2E_QUICKSTART"),
+		Kubectl:     os.Getenv("E2E_KUBECTL"),
 		Repository:  os.Getenv("E2E_REPOSITORY"),
 		Version:     os.Getenv("E2E_VERSION"),
 		Image:       os.Getenv("E2E_IMAGE"),
@@ -56,7 +57,7 @@ func (p Paths) Check() error {
 	for _, f := range []string{
 		filepath.Join(p.Assets, "kube-apiserver"), filepath.Join(p.Assets, "etcd"),
 		filepath.Join(p.Assets, "kube-controller-manager"),
-		p.Clusterctl, p.Manager, p.Sim, p.Quickstart, p.ClusterctlConfig(), p.MetalLB, p.MetalLBCRDs,
+		p.Clusterctl, p.Manager, p.Sim, p.Quickstart, p.Kubectl, p.ClusterctlConfig(), p.MetalLB, p.MetalLBCRDs,
 	} {
 		if _, err := os.Stat(f); err != nil {
 			return errors.Errorf("%s is missing: run 'make e2e-assets test-assets'", f)

@@ -106,15 +106,23 @@ func (p *Process) Kill() {
 	<-p.done
 }
 
-// Logs returns what the process has written so far.
-func (p *Process) Logs() string {
-	b, _ := os.ReadFile(p.LogFile)
-	return string(b)
+// Logs returns what the process has written so far. An error (the file gone) is
+// returned, never an empty log: a test that looks for the absence of a line must not
+// pass on a log it could not read.
+func (p *Process) Logs() (string, error) {
+	b, err := os.ReadFile(p.LogFile)
+	if err != nil {
+		return "", errors.Wrapf(err, "reading the log of %s", p.Name)
+	}
+	return string(b), nil
 }
 
 // ownLogs is what this process has written, without what earlier ones of its name did.
 func (p *Process) ownLogs() string {
-	l := p.Logs()
+	l, err := p.Logs()
+	if err != nil {
+		return err.Error()
+	}
 	return l[min(int(p.logStart), len(l)):]
 }
 

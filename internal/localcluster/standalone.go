@@ -27,9 +27,13 @@ func StartProcess(dir, name string, env []string, bin string, args ...string) (*
 // Pid is the process's id, for reading /proc/<pid>.
 func (p *Process) Pid() int { return p.cmd.Process.Pid }
 
-// Tail returns the last n lines of the process's log.
+// Tail returns the last n lines of the process's log (or why it cannot be read).
 func (p *Process) Tail(n int) string {
-	lines := strings.Split(strings.TrimRight(p.Logs(), "\n"), "\n")
+	l, err := p.Logs()
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(l, "\n"), "\n")
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]
 	}

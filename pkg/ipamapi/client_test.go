@@ -11,6 +11,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -291,6 +293,13 @@ func TestRedact(t *testing.T) {
 		{"in unpadded base64", base64.RawStdEncoding.EncodeToString(b), "[redacted]"},
 		{"in hexadecimal", hex.EncodeToString(b), "[redacted]"},
 		{"as Go prints bytes", fmt.Sprint(b), "[redacted]"}, //nolint:staticcheck // the list of decimal bytes is the echo wanted
+		{"in upper-case hexadecimal", strings.ToUpper(hex.EncodeToString(b)), "[redacted]"},
+		{"percent-encoded", url.QueryEscape(value), "[redacted]"},
+		{"quoted by Go", strconv.QuoteToASCII(value), `"[redacted]"`},
+		// "ab"+value+"cd" is 21 bytes: value's 17 start at offset 2, so its bytes 1–15 make
+		// whole groups (characters 4–23); the characters around them mix in "ab" and "cd".
+		{"inside a longer base64 blob", base64.StdEncoding.EncodeToString([]byte("ab" + value + "cd")),
+			base64.StdEncoding.EncodeToString([]byte("ab" + value + "cd"))[:4] + "[redacted]" + base64.StdEncoding.EncodeToString([]byte("ab" + value + "cd"))[24:]},
 	} {
 		if got := ipamapi.Redact("refused: "+tc.echo+" (end)", "", value); got != "refused: "+tc.want+" (end)" {
 			t.Errorf("the value %s: got %s", tc.what, got)

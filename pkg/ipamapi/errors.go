@@ -57,6 +57,11 @@ const (
 	ClassTransient Class = "Transient"
 )
 
+// Classes is every Class, in the order above: with "success", the values of the outcome
+// label of the request metrics (Outcomes).
+var Classes = []Class{ClassValidation, ClassNoPrefixes, ClassNotHeld, ClassWrongSecret, ClassNotInZone,
+	ClassExhausted, ClassRotationRefused, ClassBackendFailing, ClassUnexpectedResponse, ClassTransient}
+
 // Error is a failed IPAM-API call. Its text never contains a secret.
 type Error struct {
 	// Class says what to do about it.

@@ -19,6 +19,10 @@ const (
 	OpProbe    Operation = "probe"
 )
 
+// Operations is every Operation: the values of the operation label of the request
+// metrics.
+var Operations = []Operation{OpRegister, OpRelease, OpRotate, OpProbe}
+
 type operationKey struct{}
 
 // WithOperation marks the requests sent with ctx as op (OpProbe, say) for
@@ -51,6 +55,19 @@ func Outcome(err error) string {
 	if c == "" {
 		c = ClassTransient
 	}
+	return classOutcome(c)
+}
+
+// Outcomes is every value Outcome returns: "success", and each of Classes in snake case.
+func Outcomes() []string {
+	out := []string{Outcome(nil)}
+	for _, c := range Classes {
+		out = append(out, classOutcome(c))
+	}
+	return out
+}
+
+func classOutcome(c Class) string {
 	var b strings.Builder
 	for i, r := range string(c) {
 		if unicode.IsUpper(r) {

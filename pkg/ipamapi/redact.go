@@ -7,7 +7,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode/utf16"
 )
@@ -16,10 +18,11 @@ import (
 // or an object may show it (an admission webhook's refusal, say): as it is;
 // JSON-escaped, with and without HTML escaping, with non-ASCII as \u escapes, and
 // escaped twice (a JSON document inside a string of another, as kubectl's
-// last-applied-configuration is); base64 (standard or URL alphabet, with or without
-// padding); hexadecimal; and as Go prints a byte slice. The longest forms go first, so
-// that a short value inside a longer one (in a digest, say) cannot leave the rest of it
-// behind. Empty values are skipped.
+// last-applied-configuration is); quoted as Go quotes it; percent-encoded; base64
+// (standard or URL alphabet, with or without padding, alone or inside a longer blob);
+// hexadecimal in either case; and as Go prints a byte slice. The longest forms go
+// first, so that a short value inside a longer one (in a digest, say) cannot leave the
+// rest of it behind. Empty values are skipped.
 func Redact(s string, values ...string) string {
 	var forms []string
 	for _, v := range values {
@@ -38,13 +41,52 @@ func Redact(s string, values ...string) string {
 // look for.
 func ValueForms(v string) []string {
 	b := []byte(v)
+	h := hex.EncodeToString(b)
 	forms := []string{v,
 		// Unpadded base64 is a prefix of the padded text: it matches both.
 		base64.RawStdEncoding.EncodeToString(b), base64.RawURLEncoding.EncodeToString(b),
-		hex.EncodeToString(b), fmt.Sprint(b)} //nolint:staticcheck // the list of decimal bytes is the form wanted
+		h, strings.ToUpper(h), fmt.Sprint(b), fmt.Sprintf("% x", b), //nolint:staticcheck // the list of decimal bytes is a form wanted
+		url.QueryEscape(v), url.PathEscape(v), percentEscaped(b, false), percentEscaped(b, true),
+		unquoted(strconv.Quote(v)), unquoted(strconv.QuoteToASCII(v))}
+	// Inside a longer base64 blob (a Secret's data of several values, a basic-auth
+	// header) the value's own characters depend on its offset there, modulo 3.
+	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.URLEncoding} {
+		for offset := range 3 {
+			if inside := base64Inside(enc, b, offset); len(inside) >= 8 {
+				forms = append(forms, inside)
+			}
+		}
+	}
 	esc, plain := jsonEscaped(v, true), jsonEscaped(v, false)
-	return append(forms, esc, plain, asciiOnly(plain), jsonEscaped(esc, true), jsonEscaped(plain, false))
+	return append(forms, esc, plain, asciiOnly(esc), asciiOnly(plain),
+		jsonEscaped(esc, true), jsonEscaped(esc, false), jsonEscaped(plain, true), jsonEscaped(plain, false))
 }
+
+// base64Inside is the part of b's base64, b being offset bytes into a longer blob,
+// that depends on b's bytes alone (whole groups of three).
+func base64Inside(enc *base64.Encoding, b []byte, offset int) string {
+	s := enc.EncodeToString(append(make([]byte, offset), b...))
+	from, to := (offset+2)/3*4, (offset+len(b))/3*4
+	if from >= to {
+		return ""
+	}
+	return s[from:to]
+}
+
+// percentEscaped is b with every byte percent-escaped.
+func percentEscaped(b []byte, upper bool) string {
+	format := "%%%02x"
+	if upper {
+		format = "%%%02X"
+	}
+	var sb strings.Builder
+	for _, c := range b {
+		fmt.Fprintf(&sb, format, c)
+	}
+	return sb.String()
+}
+
+func unquoted(q string) string { return q[1 : len(q)-1] }
 
 // jsonEscaped is v as it stands inside a JSON string (without the quotes).
 func jsonEscaped(v string, escapeHTML bool) string {

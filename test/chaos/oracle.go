@@ -1,13 +1,19 @@
 package chaos
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"net/url"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
+	"unicode/utf16"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -346,20 +352,152 @@ func sameAddress(spec, recorded string) bool {
 	return a == p.Addr()
 }
 
-// Needles are the strings that show a secret value: every form ipamapi.Redact cuts,
-// and the fingerprint the provider keeps on the Secret (and nowhere else).
+// Strays lists the live holders (held: the stand-in's registrations) under one of
+// clusterIDs whose namespace ID is known nowhere in the cluster: the UID of no
+// Namespace, of no pool (a subnet check's), and named by no record of a claim or an
+// IPAddress (an identity override). That is an identity written wrong or empty, which
+// Account, scoped to a scenario's namespaces, does not see.
+func Strays(ctx context.Context, c client.Reader, held []sim.Registration, clusterIDs ...string) ([]string, error) {
+	nss := &corev1.NamespaceList{}
+	claims := &ipamv1.IPAddressClaimList{}
+	addrs := &ipamv1.IPAddressList{}
+	for _, list := range []client.ObjectList{nss, claims, addrs} {
+		if err := c.List(ctx, list); err != nil {
+			return nil, err
+		}
+	}
+	pools, err := index.ListPools(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	known := map[string]bool{}
+	for _, ns := range nss.Items {
+		known[string(ns.UID)] = true
+	}
+	for _, p := range pools {
+		known[string(p.GetUID())] = true
+	}
+	for i := range claims.Items {
+		if rec, _ := record.OnClaim(claims.Items[i].Annotations); rec != nil {
+			known[rec.Identity.NamespaceID] = true
+		}
+	}
+	for i := range addrs.Items {
+		if rec, _ := record.OnAddress(addrs.Items[i].Labels, addrs.Items[i].Annotations); rec != nil {
+			known[rec.Identity.NamespaceID] = true
+		}
+	}
+	delete(known, "")
+	var out []string
+	for _, r := range held {
+		for _, h := range r.Holders {
+			if h.ExpiresAt == nil && slices.Contains(clusterIDs, h.ClusterID) && !known[h.NamespaceID] {
+				hd := holding{r.Address, h.ServiceName, h.NamespaceID, h.ClusterID}
+				out = append(out, fmt.Sprintf("%s held by %s, under a namespace ID known nowhere in the cluster", r.Address, hd.holder()))
+			}
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// Needles are the strings that show a secret value: the forms in which a log line, an
+// event, an object or a metric can carry it, and the fingerprint the provider keeps on
+// the Secret (and nowhere else). They are built here, not from the redactor's list
+// (ipamapi.ValueForms): a form the redactor misses must not be invisible to the scan
+// as well. A needle shorter than 8 characters is left out (it would be found by chance).
 func Needles(values ...string) []string {
 	var out []string
+	add := func(forms ...string) {
+		for _, f := range forms {
+			if len(f) >= 8 {
+				out = append(out, f)
+			}
+		}
+	}
 	for _, v := range values {
 		if v == "" {
 			continue
 		}
-		fp := record.Fingerprint([]byte(v))
-		out = append(out, ipamapi.ValueForms(v)...)
-		out = append(out, strings.TrimPrefix(fp, "sha256:"))
+		b := []byte(v)
+		add(v)
+		// base64, both alphabets, at each of the three offsets the value can have in a
+		// longer blob (a Secret's data of several values, a basic-auth header): the
+		// characters that depend on the value's bytes alone.
+		for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.URLEncoding} {
+			for offset := range 3 {
+				add(base64Inside(enc, b, offset))
+			}
+		}
+		add(hex.EncodeToString(b), strings.ToUpper(hex.EncodeToString(b)))
+		// Percent-encoding: as a query and a path escape it, and every byte escaped.
+		add(url.QueryEscape(v), url.PathEscape(v), percentEvery(b, "%%%02x"), percentEvery(b, "%%%02X"))
+		// JSON (with and without HTML escaping, ASCII only, escaped twice) and Go's quoting.
+		html, plain := quoted(json.Marshal(v)), jsonWithoutHTMLEscaping(v)
+		add(html, plain, asciiEscaped(html), asciiEscaped(plain), quoted(json.Marshal(html)), quoted(json.Marshal(plain)),
+			jsonWithoutHTMLEscaping(html), jsonWithoutHTMLEscaping(plain))
+		add(unquote(strconv.Quote(v)), unquote(strconv.QuoteToASCII(v)), fmt.Sprintf("% x", b))
+		add(fmt.Sprint(b)) //nolint:staticcheck // the list of decimal bytes is the form wanted
+		add(strings.TrimPrefix(record.Fingerprint(b), "sha256:"))
 	}
 	slices.Sort(out)
 	return slices.Compact(out)
+}
+
+// base64Inside is the part of b's encoding, b offset bytes into a longer blob, that
+// does not depend on the bytes around it.
+func base64Inside(enc *base64.Encoding, b []byte, offset int) string {
+	x := append(make([]byte, offset), b...)
+	s := enc.EncodeToString(x)
+	from := (offset + 2) / 3 * 4    // the first group of 3 bytes wholly of b
+	to := (offset + len(b)) / 3 * 4 // after the last one
+	if from >= to {
+		return ""
+	}
+	return s[from:to]
+}
+
+func percentEvery(b []byte, format string) string {
+	var sb strings.Builder
+	for _, c := range b {
+		fmt.Fprintf(&sb, format, c)
+	}
+	return sb.String()
+}
+
+// quoted is a JSON string's text without its quotes (or "" on an error, which a string
+// never has).
+func quoted(j []byte, err error) string {
+	if err != nil || len(j) < 2 {
+		return ""
+	}
+	return string(j[1 : len(j)-1])
+}
+
+func unquote(q string) string { return q[1 : len(q)-1] }
+
+func jsonWithoutHTMLEscaping(v string) string {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+	return quoted(bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil)
+}
+
+// asciiEscaped writes every non-ASCII character of s as JSON's \u escape (a surrogate
+// pair beyond the BMP), as Python's encoder does by default.
+func asciiEscaped(s string) string {
+	var sb strings.Builder
+	for _, r := range s {
+		if r < 0x80 {
+			sb.WriteRune(r)
+			continue
+		}
+		for _, u := range utf16.Encode([]rune{r}) {
+			fmt.Fprintf(&sb, `\u%04x`, u)
+		}
+	}
+	return sb.String()
 }
 
 // Find returns, for each needle of values found in a haystack (by name), the name and

@@ -2,7 +2,11 @@ package chaos_test
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/hex"
 	"net/http/httptest"
+	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -324,17 +328,80 @@ func matches(s, want string) bool {
 	return true
 }
 
-// The canary scan finds a secret value in every form redaction cuts, and its
-// fingerprint, and says where; a text without them is clean.
+// The canary scan finds a secret value in every form redaction cuts, in the forms its
+// own needles add (base64 inside a longer blob, upper-case hex, percent-encoding, Go's
+// quoting), and its fingerprint, and says where; a text without them is clean.
 func TestFindSeesEveryFormOfAValue(t *testing.T) {
 	g := NewWithT(t)
-	value := "canary-plant-0123abcd"
-	for _, form := range chaos.Needles(value) {
-		found := chaos.Find(map[string]string{"clean": "nothing here", "event": `{"message":"refused: ` + form + `"}`}, value)
-		g.Expect(found).To(HaveLen(1), "form %q", form)
-		g.Expect(found[0]).To(HavePrefix("event: "))
+	value := "canary-plant-0123abcd/+&<\"é"
+	event := func(form string) map[string]string {
+		return map[string]string{"clean": "nothing here", "event": `{"message":"refused: ` + form + `"}`}
 	}
-	g.Expect(chaos.Needles(value)).To(ContainElements(value, "Y2FuYXJ5LXBsYW50LTAxMjNhYmNk", "63616e6172792d706c616e742d3031323361626364",
+	for _, form := range append(chaos.Needles(value), ipamapi.ValueForms(value)...) {
+		found := chaos.Find(event(form), value)
+		g.Expect(found).NotTo(BeEmpty(), "form %q", form)
+		g.Expect(found).To(HaveEach(HavePrefix("event: ")), "form %q", form)
+	}
+	for _, blob := range []string{"user:" + value, "ab" + value + "cd", "x" + value} {
+		for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.URLEncoding, base64.RawStdEncoding} {
+			g.Expect(chaos.Find(event(enc.EncodeToString([]byte(blob))), value)).NotTo(BeEmpty(), "%q in base64", blob)
+		}
+	}
+	g.Expect(chaos.Needles(value)).To(ContainElements(value, hex.EncodeToString([]byte(value)), strings.ToUpper(hex.EncodeToString([]byte(value))),
+		url.QueryEscape(value), strconv.QuoteToASCII(value)[1:len(strconv.QuoteToASCII(value))-1],
 		strings.TrimPrefix(record.Fingerprint([]byte(value)), "sha256:")))
 	g.Expect(chaos.Find(map[string]string{"log": "[redacted] and " + types.NamespacedName{Name: "x"}.String()}, value)).To(BeEmpty())
+}
+
+// The redactor, tried against the scan's needles (built without its list): every form
+// of a value the scan looks for, in a message, is cut; only the fingerprint, which is
+// not the value, is left to the scan.
+func TestRedactCutsEveryFormTheScanLooksFor(t *testing.T) {
+	g := NewWithT(t)
+	for _, value := range []string{"canary-plant-0123abcd/+&<\"é", "owner-secret-value-1", "8charsXY"} {
+		fingerprint := strings.TrimPrefix(record.Fingerprint([]byte(value)), "sha256:")
+		for _, form := range chaos.Needles(value) {
+			if form == fingerprint {
+				continue
+			}
+			cut := ipamapi.Redact("admission webhook denied: "+form+" (end)", value)
+			g.Expect(chaos.Find(map[string]string{"message": cut}, value)).To(BeEmpty(), "the form %q of %q, redacted: %s", form, value, cut)
+		}
+		for _, blob := range []string{"user:" + value, "ab" + value + "cd"} {
+			cut := ipamapi.Redact("data: "+base64.StdEncoding.EncodeToString([]byte(blob)), value)
+			g.Expect(chaos.Find(map[string]string{"message": cut}, value)).To(BeEmpty(), "%q in base64, redacted: %s", blob, cut)
+		}
+	}
+}
+
+// Strays sees a holder under the cluster's ID whose namespace ID is known nowhere (the
+// namespace's name for its UID, say), and none of those the cluster knows: a
+// Namespace's UID, a pool's (a subnet check's), one an identity override names.
+func TestStraysSeesAnIdentityKnownNowhere(t *testing.T) {
+	g := NewWithT(t)
+	p := newPlanted(t) // c1 holds 83.118.168.10 for apps (uid-apps) under cluster-a
+	p.create(&ipamv1alpha1.GlobalVitistackIPPool{ObjectMeta: metav1.ObjectMeta{Name: "nodes", UID: "uid-pool"},
+		Spec: ipamv1alpha1.VitistackIPPoolSpec{Zone: "inet", IPFamily: ipamv1alpha1.IPv4}})
+	strays := func() []string {
+		s, err := chaos.Strays(p.ctx, p.c, p.sim.Registrations(), "cluster-a")
+		g.Expect(err).NotTo(HaveOccurred())
+		return s
+	}
+	g.Expect(strays()).To(BeEmpty())
+
+	rec := p.registration("probe", "83.118.168.40", "cluster-a")
+	rec.Identity.NamespaceID = "uid-pool"
+	_, err := p.api.Register(p.ctx, rec.Request(secretValue))
+	g.Expect(err).NotTo(HaveOccurred())
+	overridden := p.registration("c3", "83.118.168.41", "cluster-a")
+	overridden.Identity.NamespaceID = "uid-of-the-operator"
+	p.bindAs(overridden, "")
+	p.register("c1", "83.118.168.42", "cluster-b") // another cluster's: not this one's to judge
+	g.Expect(strays()).To(BeEmpty())
+
+	wrong := p.registration("c4", "83.118.168.43", "cluster-a")
+	wrong.Identity.NamespaceID = "apps" // the name, not the UID
+	_, err = p.api.Register(p.ctx, wrong.Request(secretValue))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(strays()).To(Equal([]string{"83.118.168.43/32 held by c4/apps/cluster-a, under a namespace ID known nowhere in the cluster"}))
 }

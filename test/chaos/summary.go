@@ -84,7 +84,11 @@ func RecordAtEnd(t testing.TB, row *Row, account func() (Accounts, error)) {
 		row.Duration = time.Since(start)
 		if t.Failed() {
 			row.Failed = true
-			if a, err := account(); err == nil {
+			a, err := account()
+			if err != nil {
+				t.Errorf("the accounting oracle, after the scenario failed: %v", err)
+				row.Detail = strings.TrimPrefix(row.Detail+"; not accounted: "+err.Error(), "; ")
+			} else {
 				row.SetAccounts(a)
 			}
 		}

@@ -171,7 +171,7 @@ func TestLeaderKilledDuringBurst(t *testing.T) {
 		return bound >= 5 && inFlight >= 1
 	}).WithPolling(10*time.Millisecond).Should(BeTrue(), "never saw a registration in flight")
 	aMgr.Kill()
-	g.Expect(standby.Logs()).NotTo(ContainSubstring("Registered address"), "the standby reconciled while the leader lived")
+	g.Expect(logsOf(t, standby)).NotTo(ContainSubstring("Registered address"), "the standby reconciled while the leader lived")
 	aMgr = standby
 	t.Logf("leader killed with %d of %d claims bound, %d with a registration sent and no answer", bound, n, inFlight)
 	g.Expect(bound).To(BeNumerically("<", n), "the burst ended before the kill; raise n or the latency")
@@ -203,7 +203,7 @@ func TestLeaderKilledDuringBurst(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(stats.OverlappingRegistrations).To(BeZero(), "two registrations of one identity were in flight at once")
 	// client-go capitalised this message in v0.36: match either spelling.
-	g.Expect(standby.Logs()).To(MatchRegexp(`(?i)successfully acquired lease`))
+	g.Expect(logsOf(t, standby)).To(MatchRegexp(`(?i)successfully acquired lease`))
 
 	// Deleting the namespace (namespace controller) releases every address.
 	g.Expect(a.Client.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())

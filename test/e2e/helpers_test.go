@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -31,42 +30,9 @@ const (
 	interval = 200 * time.Millisecond
 )
 
-// recordingT records every failed assertion, so the suite can repeat them after the
-// managers' logs: CI shows the end of the output.
-type recordingT struct{ *testing.T }
-
-func (r recordingT) Fatalf(format string, args ...any) {
-	r.Helper()
-	failures.Add(r.Name(), fmt.Sprintf(format, args...))
-	r.T.Fatalf(format, args...)
-}
-
-// failures is what every failed assertion of the suite said.
-var failures failureLog
-
-type failureLog struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func (f *failureLog) Add(test, message string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if len(message) > 4000 {
-		message = message[:4000] + " …(cut)"
-	}
-	f.lines = append(f.lines, test+": "+message)
-}
-
-func (f *failureLog) String() string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return strings.Join(f.lines, "\n")
-}
-
 // newG returns a Gomega for t with the suite's waiting times.
 func newG(t *testing.T) *WithT {
-	g := NewWithT(recordingT{t})
+	g := NewWithT(t)
 	g.SetDefaultEventuallyTimeout(timeout)
 	g.SetDefaultEventuallyPollingInterval(interval)
 	g.SetDefaultConsistentlyDuration(3 * time.Second)
@@ -260,12 +226,12 @@ func registrationOf(t *testing.T, cp *localcluster.ControlPlane, address string)
 }
 
 // activeHolders returns the holders of address that are not released (no expiry set).
+// The stand-in keeps a released registration: an address it never registered fails the
+// test, so that "released" cannot pass on a lookup that missed.
 func activeHolders(t *testing.T, cp *localcluster.ControlPlane, address string) []sim.Holder {
 	t.Helper()
 	reg, ok := registrationOf(t, cp, address)
-	if !ok {
-		return nil
-	}
+	newG(t).Expect(ok).To(BeTrue(), "the IPAM-API stand-in never registered %s", address)
 	var out []sim.Holder
 	for _, h := range reg.Holders {
 		if h.ExpiresAt == nil {
@@ -291,4 +257,12 @@ func uidOf(t *testing.T, cp *localcluster.ControlPlane, namespace string) string
 	ns := &corev1.Namespace{}
 	newG(t).Expect(cp.Client.Get(context.Background(), client.ObjectKey{Name: namespace}, ns)).To(Succeed())
 	return string(ns.UID)
+}
+
+// logsOf returns what p has logged so far; a log that cannot be read fails the test.
+func logsOf(t *testing.T, p interface{ Logs() (string, error) }) string {
+	t.Helper()
+	l, err := p.Logs()
+	newG(t).Expect(err).NotTo(HaveOccurred())
+	return l
 }

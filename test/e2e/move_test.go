@@ -69,7 +69,12 @@ func TestClusterctlMove(t *testing.T) {
 		g.Expect(ok).To(BeTrue())
 		held[addr.Spec.Address] = reg
 	}
-	aLogBefore := len(aMgr.Logs())
+	aLogBefore := len(logsOf(t, aMgr))
+	// The positive control of the check below: a logged each registration, in the form it
+	// looks for.
+	for name := range before {
+		g.Expect(logsOf(t, aMgr)[:aLogBefore]).To(MatchRegexp(sentFor("Registered", ns, name)), "manager a's log of the registration of %s", name)
+	}
 
 	out, err := a.Clusterctl(ctx, nil, "move", "--kubeconfig", a.Kubeconfig, "--to-kubeconfig", b.Kubeconfig, "--namespace", ns)
 	g.Expect(err).NotTo(HaveOccurred())
@@ -97,8 +102,8 @@ func TestClusterctlMove(t *testing.T) {
 	// Neither manager registered or released them again (both log each at --v=2), and
 	// the IPAM-API holds every address as before: same identity and secret, not released.
 	for name := range before {
-		for who, log := range map[string]string{"a": aMgr.Logs()[aLogBefore:], "b": bMgr.Logs()} {
-			g.Expect(log).NotTo(MatchRegexp(`(Registered|Released) address in the IPAM-API.*IPAddressClaim="`+ns+"/"+name+`"`),
+		for who, log := range map[string]string{"a": logsOf(t, aMgr)[aLogBefore:], "b": logsOf(t, bMgr)} {
+			g.Expect(log).NotTo(MatchRegexp(sentFor("(Registered|Released)", ns, name)),
 				"manager %s sent a request for %s during the move", who, name)
 		}
 	}
@@ -113,10 +118,13 @@ func TestClusterctlMove(t *testing.T) {
 	for address := range held {
 		g.Eventually(func() []sim.Holder { return activeHolders(t, a, address) }).Should(BeEmpty(), "%s is still held", address)
 	}
+	for name := range before {
+		g.Expect(logsOf(t, bMgr)).To(MatchRegexp(sentFor("Released", ns, name)), "manager b's log of the release of %s", name)
+	}
 
 	// b's manager ran as its ServiceAccount too. It stops before clusterctl delete takes
 	// its Deployment and RBAC away.
-	g.Expect(rbacRefusal.FindString(bMgr.Logs())).To(BeEmpty(), "manager b was refused a request by RBAC; see %s", bMgr.LogFile)
+	g.Expect(rbacRefusal.FindString(logsOf(t, bMgr))).To(BeEmpty(), "manager b was refused a request by RBAC; see %s", bMgr.LogFile)
 	bMgr.Stop()
 
 	// clusterctl delete: the provider goes; its CRDs, its namespace and pools stay.
@@ -132,4 +140,10 @@ func TestClusterctlMove(t *testing.T) {
 	out, err = b.Clusterctl(ctx, nil, "upgrade", "plan", "--kubeconfig", b.Kubeconfig)
 	g.Expect(err).NotTo(HaveOccurred(), out)
 	g.Expect(out).NotTo(ContainSubstring("ipam-vitistack"))
+}
+
+// sentFor matches a manager's log line (at --v=2) of a request sent for a claim: what
+// is "Registered" or "Released" (a regexp).
+func sentFor(what, namespace, claim string) string {
+	return what + ` address in the IPAM-API.*IPAddressClaim="` + namespace + "/" + claim + `"`
 }

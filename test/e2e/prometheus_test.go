@@ -23,7 +23,8 @@ import (
 // A real Prometheus scrapes the manager and evaluates the shipped alert rules, with
 // their windows scaled from minutes to seconds: it sees claims bind and the requests
 // that bound them; when the IPAM-API fails every registration, the error alert fires
-// for its host; when it recovers, the claims bind and the alert resolves.
+// for its host; when it recovers, the claims bind and the alert resolves. A pool of an
+// unknown zone fires the pool alert, with its labels, until it is deleted.
 func TestPrometheusSeesAllocationAndTheErrorAlert(t *testing.T) {
 	onA.enter(t)
 	g := newG(t)
@@ -42,8 +43,9 @@ func TestPrometheusSeesAllocationAndTheErrorAlert(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pool"},
 		Spec:       ipamv1alpha1.VitistackIPPoolSpec{Zone: "inet", IPFamily: ipamv1alpha1.IPv4},
 	})).To(Succeed())
-	registered, err := query(`sum(vitistack_ipam_api_requests_total{operation="register",outcome="success"}) or vector(0)`)()
-	g.Expect(err).NotTo(HaveOccurred())
+	// The baseline is read from the manager itself (a scrape), not from Prometheus,
+	// which may not have scraped it yet.
+	registered := metricSum(t, aMgr, "vitistack_ipam_api_requests_total", map[string]string{"operation": "register", "outcome": "success"})
 	var claims []*ipamv1.IPAddressClaim
 	for i := range 3 {
 		claims = append(claims, newClaim(t, a, ns, fmt.Sprintf("bound-%d", i), ipamv1alpha1.VitistackIPPoolKind, "pool", nil))
@@ -84,6 +86,30 @@ func TestPrometheusSeesAllocationAndTheErrorAlert(t *testing.T) {
 		deleteAndWait(t, a, c)
 	}
 	g.Eventually(query(fmt.Sprintf(`count(vitistack_ipam_claims{pool_namespace=%q}) or vector(0)`, ns))).Should(BeZero())
+
+	// A second alert: a pool of a zone the IPAM-API does not know is not Ready, and the
+	// pool alert fires for it alone; deleted, the alert resolves.
+	g.Expect(a.Client.Create(ctx, &ipamv1alpha1.VitistackIPPool{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "nowhere"},
+		Spec:       ipamv1alpha1.VitistackIPPoolSpec{Zone: "nowhere", IPFamily: ipamv1alpha1.IPv4},
+	})).To(Succeed())
+	thisPool := func(pool string) []model.LabelSet {
+		return []model.LabelSet{{"alertname": "VitistackIPAMPoolNotReady", "severity": "warning",
+			"pool_kind": model.LabelValue(ipamv1alpha1.VitistackIPPoolKind), "pool_namespace": model.LabelValue(ns), "pool": model.LabelValue(pool)}}
+	}
+	poolAlerts := func() ([]model.LabelSet, error) {
+		firing, err := prom.Firing(ctx, "VitistackIPAMPoolNotReady")
+		var ours []model.LabelSet
+		for _, l := range firing {
+			if string(l["pool_namespace"]) == ns {
+				ours = append(ours, l)
+			}
+		}
+		return ours, err
+	}
+	g.Eventually(poolAlerts).WithTimeout(2 * timeout).Should(Equal(thisPool("nowhere")))
+	deleteAndWait(t, a, &ipamv1alpha1.VitistackIPPool{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "nowhere"}})
+	g.Eventually(poolAlerts).WithTimeout(2 * timeout).Should(BeEmpty())
 }
 
 // scaledRules is the spec of config/observability/prometheusrule.yaml, a Prometheus

@@ -139,14 +139,12 @@ func TestQuickstart(t *testing.T) {
 	kc, err := clientcmd.LoadFromFile(m[1])
 	g.Expect(err).NotTo(HaveOccurred())
 	server := kc.Clusters[kc.Contexts[kc.CurrentContext].Cluster].Server
-	if _, err := exec.LookPath("kubectl"); err == nil {
-		kubectl := exec.Command("kubectl", "get", "ipaddresses.ipam.cluster.x-k8s.io", "-n", "default",
-			"-L", "ipam.vitistack.io/zone,ipam.vitistack.io/ip-family")
-		kubectl.Env = append(os.Environ(), "KUBECONFIG="+m[1])
-		got, err := kubectl.CombinedOutput()
-		g.Expect(err).NotTo(HaveOccurred(), string(got))
-		g.Expect(string(got)).To(MatchRegexp(`example-fixed\s+10\.20\.30\.40\s+hnet-private-ipv4\s+GlobalVitistackIPPool\s+\S+\s+hnet-private\s+ipv4`))
-	}
+	kubectl := exec.Command(paths.Kubectl, "get", "ipaddresses.ipam.cluster.x-k8s.io", "-n", "default",
+		"-L", "ipam.vitistack.io/zone,ipam.vitistack.io/ip-family")
+	kubectl.Env = append(os.Environ(), "KUBECONFIG="+m[1])
+	got, err := kubectl.CombinedOutput()
+	g.Expect(err).NotTo(HaveOccurred(), string(got))
+	g.Expect(string(got)).To(MatchRegexp(`example-fixed\s+10\.20\.30\.40\s+hnet-private-ipv4\s+GlobalVitistackIPPool\s+\S+\s+hnet-private\s+ipv4`))
 	sim := regexp.MustCompile(`curl -s (http://\S+)/registrations`).FindStringSubmatch(text)
 	g.Expect(sim).To(HaveLen(2))
 	cfg, err := clientcmd.BuildConfigFromFlags("", m[1])

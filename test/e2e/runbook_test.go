@@ -33,12 +33,13 @@ const (
 
 // Every command of the runbooks in docs/metrics.md (each line of its ```sh blocks, as
 // docs.RunbookCommands reads them: strict, so that none is skipped) runs with kubectl
-// against the suite's control plane, where the provider's manager runs and the runbooks'
-// situations are staged: a pool of each kind, each with a bound claim; a claim that
-// waits (its pool does not exist: PoolNotReady); a deleted claim whose release fails
-// (ReleaseFailed, with its event), the IPAM-API answering releases with 503. Each command exits 0, prints something, and names one of
-// those objects; each column of a custom-columns listing has a value somewhere. The
-// placeholders are filled from this table; an unknown one fails the test:
+// (bin/ has it at the control plane's version) against the suite's control plane, where
+// the provider's manager runs and the runbooks' situations are staged: a pool of each
+// kind, each with a bound claim; a claim that waits (its pool does not exist:
+// PoolNotReady); a deleted claim whose release fails (ReleaseFailed, with its event),
+// the IPAM-API answering releases with 503. Each command exits 0, prints something, and
+// names one of those objects; each column of a custom-columns listing has a value
+// somewhere. The placeholders are filled from this table; an unknown one fails the test:
 //
 //	<pool>            the pools' name, e2e-runbook (the alert's pool label)
 //	<pool_namespace>  the VitistackIPPool's namespace (the alert's pool_namespace label)
@@ -48,8 +49,6 @@ func TestRunbookCommands(t *testing.T) {
 	onA.enter(t)
 	g := newG(t)
 	ctx := context.Background()
-	kubectl, err := exec.LookPath("kubectl")
-	g.Expect(err).NotTo(HaveOccurred(), "the runbooks' commands run with kubectl, which must be on PATH")
 	page, err := os.ReadFile(filepath.Join("..", "..", "docs", "metrics.md"))
 	g.Expect(err).NotTo(HaveOccurred())
 	cmds, problems := docs.RunbookCommands(string(page))
@@ -87,7 +86,7 @@ func TestRunbookCommands(t *testing.T) {
 	run := func(args []string) (string, string, error) {
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		cmd := exec.CommandContext(cctx, kubectl, args...)
+		cmd := exec.CommandContext(cctx, paths.Kubectl, args...)
 		cmd.Env = append(os.Environ(), "KUBECONFIG="+a.Kubeconfig)
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr

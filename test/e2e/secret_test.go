@@ -87,6 +87,6 @@ func TestSecretValuesNeverLeak(t *testing.T) {
 	}
 	// The pool controllers are built with Cluster API's builder, which counts their reconciles.
 	g.Expect(metrics).To(MatchRegexp(`capi_reconcile_total\{controller="VitistackIPPool",result="[a-z_]+"\} [1-9]`))
-	g.Expect(aMgr.Logs()).To(ContainSubstring("intruder"), "the manager logged nothing about the refused claim (log level 2)")
+	g.Expect(logsOf(t, aMgr)).To(ContainSubstring("intruder"), "the manager logged nothing about the refused claim (log level 2)")
 	g.Expect(canariesFound(t, a, []*localcluster.Manager{aMgr}, all)).To(BeEmpty(), "a secret value shows after the claims are gone")
 }

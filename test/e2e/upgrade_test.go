@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -174,7 +175,7 @@ func TestClusterctlUpgradeFromThePreviousRelease(t *testing.T) {
 	made := newClaim(t, w, ns, "made-by-new", ipamv1alpha1.VitistackIPPoolKind, "subnet", nil)
 	claims["made-by-new"] = &upgradeClaim{claim: made, address: boundAddress(t, w, made)}
 	claims["made-by-new"].register, _ = registrationOf(t, w, claims["made-by-new"].address.Spec.Address)
-	g.Expect(rbacRefusal.FindString(mgr.Logs())).To(BeEmpty(), "the upgraded manager was refused a request by RBAC; see %s", mgr.LogFile)
+	g.Expect(rbacRefusal.FindString(logsOf(t, mgr))).To(BeEmpty(), "the upgraded manager was refused a request by RBAC; see %s", mgr.LogFile)
 
 	// The downgrade back to the previous release works the same way: its manager takes
 	// the claims over (those it bound and the one made since) without a request, and
@@ -184,7 +185,7 @@ func TestClusterctlUpgradeFromThePreviousRelease(t *testing.T) {
 	mgr, before = switchRelease(t, w, previous, filepath.Join(previousDir, "manager"))
 	keptAsTheyWere(t, w, mgr, before, claims)
 	deleteReleased(t, w, claims, "routed-1", "subnet-1", "global-0", "made-by-new")
-	g.Expect(rbacRefusal.FindString(mgr.Logs())).To(BeEmpty(), "the downgraded manager was refused a request by RBAC; see %s", mgr.LogFile)
+	g.Expect(rbacRefusal.FindString(logsOf(t, mgr))).To(BeEmpty(), "the downgraded manager was refused a request by RBAC; see %s", mgr.LogFile)
 	// The previous release knows nothing of value fingerprints: it takes its finalizer
 	// off a Secret it no longer needs and leaves the annotation, which docs/operations.md
 	// tells the user to remove after a downgrade.
@@ -231,13 +232,15 @@ func switchRelease(t *testing.T, w *localcluster.ControlPlane, version, binary s
 func startManagerOf(t *testing.T, w *localcluster.ControlPlane, binary string) *localcluster.Manager {
 	t.Helper()
 	w.ManagerBinary = binary
-	mgr, err := w.StartManager(context.Background(), nil)
+	// At --v=5 controller-runtime logs each reconcile's end with its object (keptAsTheyWere).
+	mgr, err := w.StartManager(context.Background(), nil, "--v=5")
 	newG(t).Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(mgr.Stop)
 	return mgr
 }
 
-// keptAsTheyWere waits for mgr to reconcile every claim, then checks that each keeps
+// keptAsTheyWere waits until mgr has reconciled every claim (its log at --v=5 says so,
+// claim by claim), then checks that each keeps
 // its IPAddress (the same object) and its address, says Ready, and that the IPAM-API
 // holds it exactly as before: nothing registered, released or rotated since the
 // stand-in counted before.
@@ -245,9 +248,10 @@ func keptAsTheyWere(t *testing.T, w *localcluster.ControlPlane, mgr *localcluste
 	t.Helper()
 	g := newG(t)
 	ctx := context.Background()
-	g.Eventually(func() float64 {
-		return metricSum(t, mgr, "controller_runtime_reconcile_total", map[string]string{"controller": "ipaddressclaim", "result": "success"})
-	}).Should(BeNumerically(">=", len(claims)))
+	for name, c := range claims {
+		done := regexp.MustCompile(`"Reconcile successful".*IPAddressClaim="` + regexp.QuoteMeta(c.claim.Namespace+"/"+c.claim.Name) + `"`)
+		g.Eventually(func() bool { return done.MatchString(logsOf(t, mgr)) }).Should(BeTrue(), "%s was not reconciled by the new manager", name)
+	}
 	for name, c := range claims {
 		addr := &ipamv1.IPAddress{}
 		g.Expect(w.Client.Get(ctx, client.ObjectKeyFromObject(c.address), addr)).To(Succeed())
@@ -304,10 +308,8 @@ func TestChartUpgradesThePreviousReleasesServicesFlavour(t *testing.T) {
 	flavour, err := w.GenerateYAML(ctx, providerVars(simOf(w)), filepath.Join(previousDir, "ipam-components-workload.yaml"))
 	g.Expect(err).NotTo(HaveOccurred())
 	// As its README said: `clusterctl generate yaml ... | kubectl apply -f -`.
-	kubectl, err := exec.LookPath("kubectl")
-	g.Expect(err).NotTo(HaveOccurred(), "kubectl applies the previous release, as its README said")
 	g.Eventually(func() error { // until the CRDs just created are served
-		cmd := exec.Command(kubectl, "apply", "-f", "-", "--kubeconfig", w.Kubeconfig)
+		cmd := exec.Command(paths.Kubectl, "apply", "-f", "-", "--kubeconfig", w.Kubeconfig)
 		cmd.Stdin = strings.NewReader(flavour)
 		out, err := cmd.CombinedOutput()
 		if err != nil {
@@ -390,9 +392,10 @@ func TestChartUpgradesThePreviousReleasesServicesFlavour(t *testing.T) {
 		"--set", "ipamAPI.url="+simOf(w).URL, "--set", "logLevel=2")
 	mgr := startManagerOf(t, w, paths.Manager)
 	keptAsTheyWere(t, w, mgr, before, claims)
-	g.Eventually(func() float64 {
-		return metricSum(t, mgr, "controller_runtime_reconcile_total", map[string]string{"controller": "service", "result": "success"})
-	}).Should(BeNumerically(">=", 2), "the new manager looked at both Services")
+	for _, svc := range []*corev1.Service{web, api} {
+		done := regexp.MustCompile(`"Reconcile successful".*Service="` + regexp.QuoteMeta(svc.Namespace+"/"+svc.Name) + `"`)
+		g.Eventually(func() bool { return done.MatchString(logsOf(t, mgr)) }).Should(BeTrue(), "the new manager did not reconcile Service %s", svc.Name)
+	}
 	for _, op := range []string{"register", "release", "rotate"} {
 		g.Expect(metricSum(t, mgr, "vitistack_ipam_api_requests_total", map[string]string{"operation": op})).To(BeZero(),
 			"the new manager sent a %s for what the previous release had handed out", op)
@@ -417,5 +420,5 @@ func TestChartUpgradesThePreviousReleasesServicesFlavour(t *testing.T) {
 	settledAccounts(t, w, map[string]bool{uidOf(t, w, ns): true})
 	g.Expect(canariesFound(t, w, []*localcluster.Manager{mgr}, []string{owner, rotatedTo})).To(BeEmpty(),
 		"a secret value outside its Secret")
-	g.Expect(rbacRefusal.FindString(mgr.Logs())).To(BeEmpty(), "the new manager was refused a request by RBAC; see %s", mgr.LogFile)
+	g.Expect(rbacRefusal.FindString(logsOf(t, mgr))).To(BeEmpty(), "the new manager was refused a request by RBAC; see %s", mgr.LogFile)
 }

@@ -81,8 +81,8 @@ func TestWorkloadFlavourTakesOverFromTheIPAMOperator(t *testing.T) {
 	mgr, err := w.StartManager(ctx, nil)
 	g.Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(mgr.Stop)
-	g.Expect(mgr.Logs()).To(ContainSubstring("Registering webhook"))
-	g.Expect(mgr.Logs()).To(ContainSubstring("/validate--v1-service"))
+	g.Expect(logsOf(t, mgr)).To(ContainSubstring("Registering webhook"))
+	g.Expect(logsOf(t, mgr)).To(ContainSubstring("/validate--v1-service"))
 
 	// The pool comes after the Service was looked at and found none, twice: once when
 	// the provider took it (its finalizer), once for that write; after that only the
@@ -150,7 +150,7 @@ func TestWorkloadFlavourTakesOverFromTheIPAMOperator(t *testing.T) {
 	g.Expect(activeHolders(t, w, address)).To(BeEmpty(), "deleting the Service did not release %s", address)
 	deleteAndWait(t, w, legacy)
 	g.Expect(activeHolders(t, w, kept)).To(BeEmpty(), "deleting the operator's Service did not release %s", kept)
-	g.Expect(rbacRefusal.FindString(mgr.Logs())).To(BeEmpty(), "the manager was refused a request by RBAC; see %s", mgr.LogFile)
+	g.Expect(rbacRefusal.FindString(logsOf(t, mgr))).To(BeEmpty(), "the manager was refused a request by RBAC; see %s", mgr.LogFile)
 }
 
 // installCertManagerCRDs installs cert-manager's CRDs (the provider's Certificate and

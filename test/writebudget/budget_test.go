@@ -286,7 +286,7 @@ func reconciles(controller string) float64 {
 func counter(name, controller string) float64 {
 	families, err := ctrlmetrics.Registry.Gather()
 	if err != nil {
-		return 0
+		panic(fmt.Sprintf("gathering this process's metrics: %v", err)) // never 0 for a counter not read
 	}
 	var sum float64
 	for _, f := range families {

@@ -1,6 +1,9 @@
 package claim_test
 
 import (
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -468,7 +471,9 @@ func readyOf(c *ipamv1.IPAddressClaim) *metav1.Condition {
 // TestLifecycleUnderFaults runs every scenario cleanly, then with a conflict at each of
 // its Kubernetes writes, with the process dying just after it lands, and with the
 // process dying just before it lands (the write is lost with the process's memory).
+// docs/development.md says how many faulted runs that makes; the test keeps it true.
 func TestLifecycleUnderFaults(t *testing.T) {
+	faulted := 0
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
 			w := newWorld(t)
@@ -483,6 +488,7 @@ func TestLifecycleUnderFaults(t *testing.T) {
 			}
 			for k := 1; k <= n; k++ {
 				for _, kind := range []faultKind{conflict, die, dieBefore} {
+					faulted++
 					t.Run(faultName(kind, k), func(t *testing.T) {
 						t.Parallel()
 						w := newWorld(t)
@@ -499,6 +505,14 @@ func TestLifecycleUnderFaults(t *testing.T) {
 				}
 			}
 		})
+	}
+	page, err := os.ReadFile(filepath.Join("..", "..", "..", "docs", "development.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`\((\d+) faulted runs[,;]`).FindSubmatch(page)
+	if m == nil || string(m[1]) != itoa(faulted) {
+		t.Errorf("docs/development.md does not say \"(%d faulted runs\" (%d scenarios): correct the page", faulted, len(scenarios))
 	}
 }
 

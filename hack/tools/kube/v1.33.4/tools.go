@@ -1,10 +1,12 @@
 //go:build tools
 
-// Package tools pins the Kubernetes control-plane binaries (kube-apiserver,
-// kube-controller-manager) that the tests build from the Go module proxy.
+// Package tools pins the Kubernetes binaries that the tests build from the Go module
+// proxy: the control plane (kube-apiserver, kube-controller-manager) and kubectl, of the
+// same version.
 package tools
 
 import (
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kubectl"
 )
