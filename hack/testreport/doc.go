@@ -2,7 +2,7 @@
 // of `go test` without -v (the output of a failing test, what a package prints outside
 // its tests), then a line per package with how many tests ran, passed, failed and were
 // skipped, and last, where a log cut to its end still shows them, the failed tests with
-// their first messages.
+// their last messages.
 //
 //	testreport [-allow-skip REGEXP] [-require-tests [-allow-no-tests REGEXP]] -- go test -json ./...
 //

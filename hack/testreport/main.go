@@ -118,7 +118,7 @@ func newReport(w io.Writer, allow *regexp.Regexp, requireTests bool) *report {
 const (
 	tailLines     = 15   // package lines kept for a package that failed without a failed test
 	maxTestLines  = 2000 // lines kept of one test's output
-	messageLines  = 3    // of a failed test, lines repeated in the summary
+	messageLines  = 3    // of a failed test, its last messages repeated in the summary
 	messageLength = 300  // characters of each
 )
 
@@ -342,11 +342,13 @@ func hasFailedSubtest(name string, failed map[string]bool) bool {
 // location is the start of a message of the testing package: "    file_test.go:12: ".
 var location = regexp.MustCompile(`^\s*[\w.-]+\.go:\d+: `)
 
-// messages returns the first messages of a failed test (the lines that follow a
-// file:line, cut), or its last lines if it has none.
+// messages returns the last messages of a failed test (the lines that follow a
+// file:line, cut; a failed assertion usually ends the test, after its logs), or its last
+// lines if it has none.
 func messages(lines []string) []string {
 	var out []string
-	for i, l := range lines {
+	for i := len(lines) - 1; i >= 0 && len(out) < messageLines; i-- {
+		l := lines[i]
 		if !location.MatchString(l) {
 			continue
 		}
@@ -355,10 +357,7 @@ func messages(lines []string) []string {
 		for j := i + 1; j < len(lines) && j <= i+2 && !location.MatchString(lines[j]) && !strings.HasPrefix(strings.TrimSpace(lines[j]), "--- "); j++ {
 			m += " " + strings.TrimSpace(lines[j])
 		}
-		out = append(out, cut(m))
-		if len(out) == messageLines {
-			return out
-		}
+		out = append([]string{cut(m)}, out...)
 	}
 	if len(out) > 0 {
 		return out

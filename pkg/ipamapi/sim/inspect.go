@@ -25,6 +25,10 @@ type Stats struct {
 	Sweeps                   int `json:"sweeps"`
 	ExpiredHolders           int `json:"expired_holders"`
 	FreedAddresses           int `json:"freed_addresses"`
+	// Freed counts, by address (as registered: "10.0.0.1/32"), how often the cleanup
+	// worker freed it: an address the stand-in holds no record of was freed, or never
+	// registered.
+	Freed map[string]int `json:"freed,omitempty"`
 	// BackendFailures counts answers produced by a backend fault (NetBoxDown,
 	// PrefixesLoading or Config.PrefixLoadDelay for a zone and family that has
 	// containers, MongoDown).
@@ -77,6 +81,7 @@ func (s *Server) Stats() Stats {
 	for rt, m := range s.stats.Requests {
 		out.Requests[rt] = maps.Clone(m)
 	}
+	out.Freed = maps.Clone(s.stats.Freed)
 	return out
 }
 

@@ -524,6 +524,10 @@ func (s *Server) Sweep() (expiredHolders, freedAddresses int) {
 		if len(kept) == 0 {
 			s.st.remove(rec)
 			freedAddresses++
+			if s.stats.Freed == nil {
+				s.stats.Freed = map[string]int{}
+			}
+			s.stats.Freed[rec.address]++
 		}
 	}
 	s.stats.Sweeps++

@@ -93,6 +93,7 @@ func TestSweeperExpiresHoldersOnTheFakeClock(t *testing.T) {
 	expired, freed = s.Sweep()
 	g.Expect([]int{expired, freed}).To(Equal([]int{1, 1}))
 	g.Expect(s.Registrations()).To(BeEmpty())
+	g.Expect(s.Stats().Freed).To(Equal(map[string]int{"83.118.168.0/32": 1}), "the stats say which address was freed")
 
 	// The freed address goes to the next claimant, even with another secret.
 	g.Expect(serve(s, http.MethodPost, "/v2/address", body(secretB, "inet", "ipv4", "", "c", 0)).body).To(Equal(registered("83.118.168.0/32")))
