@@ -112,6 +112,15 @@ func IsNotHeld(err error) bool { return ClassOf(err) == ClassNotHeld }
 // IsExhausted reports whether the zone had no free address.
 func IsExhausted(err error) bool { return ClassOf(err) == ClassExhausted }
 
+// IsUnknownZone reports whether err is the 400 "invalid zone '<zone>', must be one of:
+// …" (ClassValidation). The IPAM-API checks the zone against the zone list it reads from
+// NetBox on each request: for a zone that worked before, a list that lacked it is
+// NetBox's passing fault, and the caller treats it as transient (as ClassNoPrefixes).
+func IsUnknownZone(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Class == ClassValidation && strings.HasPrefix(e.Message, msgInvalidZone)
+}
+
 // Server messages the classes are recognised by (byte-exact, misspellings included).
 const (
 	msgNotHeldNoMatch    = "no matching address found with the provivded secret, zone and address"
@@ -121,6 +130,7 @@ const (
 	msgNoAvailablePrefix = "no available prefix found for zone"
 	msgUnableToChange    = "unable to change secret"
 	msgNoPrefixes        = "no prefixes found for zone "
+	msgInvalidZone       = "invalid zone '"
 	msgFetchZones        = "failed to fetch zones"
 	msgDeregisterPrefix  = "Could not deregister service: "
 	msgRegisterPrefix    = "Could not register address: "

@@ -388,6 +388,11 @@ func (h *Handler) registerFailed(ctx context.Context, reg *record.Registration, 
 		}
 		return o
 	case ipamapi.ClassValidation:
+		if ipamapi.IsUnknownZone(err) && ipamv1alpha1.WorkedBefore(h.pool) {
+			// The zone worked: the IPAM-API's zone list, read from NetBox, lacked it.
+			return failed(ipamv1alpha1.ClaimReadyBackendFailingReason, fmt.Sprintf("the IPAM-API at %s did not know zone %s "+
+				"although the pool worked before (it reads its zones from NetBox): %s; retrying with back-off", reg.Endpoint, reg.Zone, msg))
+		}
 		return refuse(failed(ipamv1.IPAddressClaimReadyPoolNotReadyReason,
 			fmt.Sprintf("the IPAM-API refused the request for zone %s, family %s: %s; fix the pool or the claim's annotations", reg.Zone, reg.Family, msg)))
 	case ipamapi.ClassNoPrefixes:

@@ -51,6 +51,9 @@ func TestOutcomes(t *testing.T) {
 			reason: "PoolNotReady", text: "fix the pool's spec.zone or spec.ipFamily"},
 		{name: "unknown zone", pool: ipamv1alpha1.VitistackIPPoolSpec{Zone: "nowhere", IPFamily: ipamv1alpha1.IPv4},
 			reason: "PoolNotReady", text: "invalid zone 'nowhere'"},
+		{name: "a zone that worked, missing from NetBox's zone list", pool: inet, ready: true, fault: func(s *sim.Server) {
+			must(t, s.SetErrorRate(1, 400, `{"message":"invalid zone 'inet', must be one of: 'inet', 'hnet-private', 'hnet-public'"}`))
+		}, reason: "IPAMAPIBackendFailing", text: "did not know zone inet although the pool worked before", retried: true},
 		{name: "zone exhausted", pool: inet, fault: func(s *sim.Server) { s.SetExhausted("inet", "ipv4", true) },
 			reason: "PoolExhausted", text: "has no free ipv4 address left", retried: true},
 		{name: "unreachable", pool: inet, fault: func(s *sim.Server) { must(t, s.SetErrorRate(1, 503, `{"message":"upstream"}`)) },

@@ -87,6 +87,10 @@ func checkZone(ctx context.Context, pool ipamv1alpha1.Pool, t target) check {
 	case ipamapi.ClassNotHeld:
 		return accepted
 	case ipamapi.ClassValidation:
+		if ipamapi.IsUnknownZone(err) && ipamv1alpha1.WorkedBefore(pool) {
+			return check{ipamv1alpha1.PoolReadyBackendFailingReason, fmt.Sprintf("the IPAM-API at %s did not know zone %s "+
+				"although it did before (it reads its zones from NetBox): %v", reg.Endpoint, reg.Zone, err)}
+		}
 		return refused("fix spec.zone or spec.ipFamily")
 	case ipamapi.ClassNoPrefixes:
 		if ipamv1alpha1.WorkedBefore(pool) {
