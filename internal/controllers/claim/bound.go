@@ -375,6 +375,12 @@ func (h *Handler) ownedBy(ctx context.Context, rec *record.Registration, ref rec
 		return false, err
 	}
 	sec, err := h.Secrets.Get(ctx, ref, false)
+	var gone *registrar.SecretNotFoundError
+	if errors.As(err, &gone) && !gone.NoKey && !rec.Secret.Equal(ref) {
+		// A rotation goes out only once its target is protected, and the protector keeps a
+		// target while an intent names it: a target that is gone never took the address.
+		return false, nil
+	}
 	if err != nil {
 		return false, err
 	}

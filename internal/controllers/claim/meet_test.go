@@ -226,6 +226,30 @@ func TestARotationRolledBackByDeletingItsTargetLetsBothGo(t *testing.T) {
 	w.check()
 }
 
+// TestARotationToASecretThatIsGoneLetsTheClaimGo: as above, but the new Secret is gone
+// before the protector ever protected it (its patch lost to a conflict): the rotation
+// cannot have gone out, so the release goes under the old Secret, and the claim goes.
+func TestARotationToASecretThatIsGoneLetsTheClaimGo(t *testing.T) {
+	w, _ := boundUnder(t, "r", "routed", "old")
+	c := w.get(claimObj("r", "", nil)).(*ipamv1.IPAddressClaim)
+	c.Annotations[ipamv1alpha1.SecretAnnotation] = "new"
+	must(t, w.direct.Update(w.ctx, c))
+	w.api.SetDown(true)
+	w.run(3)
+	if rec, _ := record.OnClaim(w.get(claimObj("r", "", nil)).GetAnnotations()); rec == nil || rec.RotatingTo.Name != "new" {
+		t.Fatalf("the rotation should be recorded as an intent: %s", w.describe())
+	}
+	s := w.get(secretObj("new", "")).(*corev1.Secret)
+	s.Finalizers = nil
+	must(t, w.direct.Update(w.ctx, s))
+	must(t, w.direct.Delete(w.ctx, secretObj("new", "")))
+	w.deleteClaims("r")
+	w.api.SetDown(false)
+	w.settle()
+	w.gone(t, "r")
+	w.check()
+}
+
 // TestASecretBeingLetGoIsNotRegisteredUnder: the Secret protector lets a Secret go in two
 // phases (it marks it, looks for records once more, uncached, then takes its protection
 // off). A claim that reads the mark registers nothing under the Secret, even though its
