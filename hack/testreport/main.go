@@ -258,7 +258,7 @@ func (r *report) summary() bool {
 			if r.allow != nil && r.allow.MatchString(t.pkg+" "+t.name) {
 				continue
 			}
-			badSkips = append(badSkips, fmt.Sprintf("%s %s: %s", short(t.pkg), t.name, firstMessage(t.lines, "skipped")))
+			badSkips = append(badSkips, fmt.Sprintf("%s %s: %s", short(t.pkg), t.name, skipReason(t.lines)))
 		}
 		if r.requireTests && p.action == "pass" && p.ran == 0 && (r.allowNoTests == nil || !r.allowNoTests.MatchString(p.name)) {
 			empty = append(empty, short(p.name))
@@ -368,12 +368,12 @@ func messages(lines []string) []string {
 	return out
 }
 
-// firstMessage returns a skipped test's reason.
-func firstMessage(lines []string, otherwise string) string {
+// skipReason returns what a skipped test said (its last message).
+func skipReason(lines []string) string {
 	if m := messages(lines); len(m) > 0 && m[0] != "" {
 		return m[0]
 	}
-	return otherwise
+	return "skipped"
 }
 
 func cut(s string) string {

@@ -206,15 +206,7 @@ func TestARestartDuringAMoveWaitsOutTheOldClaimsRequest(t *testing.T) {
 // address, the one being deleted included, releases it under the old one, and both the
 // claim and the new Secret go.
 func TestARotationRolledBackByDeletingItsTargetLetsBothGo(t *testing.T) {
-	w, _ := boundUnder(t, "r", "routed", "old")
-	c := w.get(claimObj("r", "", nil)).(*ipamv1.IPAddressClaim)
-	c.Annotations[ipamv1alpha1.SecretAnnotation] = "new"
-	must(t, w.direct.Update(w.ctx, c))
-	w.api.SetDown(true)
-	w.run(3)
-	if rec, _ := record.OnClaim(w.get(claimObj("r", "", nil)).GetAnnotations()); rec == nil || rec.RotatingTo.Name != "new" {
-		t.Fatalf("the rotation should be recorded as an intent: %s", w.describe())
-	}
+	w := rotationLeftAnIntent(t)
 	must(t, w.direct.Delete(w.ctx, secretObj("new", "")))
 	w.deleteClaims("r")
 	w.api.SetDown(false)
@@ -230,15 +222,7 @@ func TestARotationRolledBackByDeletingItsTargetLetsBothGo(t *testing.T) {
 // before the protector ever protected it (its patch lost to a conflict): the rotation
 // cannot have gone out, so the release goes under the old Secret, and the claim goes.
 func TestARotationToASecretThatIsGoneLetsTheClaimGo(t *testing.T) {
-	w, _ := boundUnder(t, "r", "routed", "old")
-	c := w.get(claimObj("r", "", nil)).(*ipamv1.IPAddressClaim)
-	c.Annotations[ipamv1alpha1.SecretAnnotation] = "new"
-	must(t, w.direct.Update(w.ctx, c))
-	w.api.SetDown(true)
-	w.run(3)
-	if rec, _ := record.OnClaim(w.get(claimObj("r", "", nil)).GetAnnotations()); rec == nil || rec.RotatingTo.Name != "new" {
-		t.Fatalf("the rotation should be recorded as an intent: %s", w.describe())
-	}
+	w := rotationLeftAnIntent(t)
 	s := w.get(secretObj("new", "")).(*corev1.Secret)
 	s.Finalizers = nil
 	must(t, w.direct.Update(w.ctx, s))
@@ -248,6 +232,23 @@ func TestARotationToASecretThatIsGoneLetsTheClaimGo(t *testing.T) {
 	w.settle()
 	w.gone(t, "r")
 	w.check()
+}
+
+// rotationLeftAnIntent binds claim r under Secret old and points it at Secret new while
+// the IPAM-API is down: the rotation stays an intent on the claim's record. The IPAM-API
+// is still down.
+func rotationLeftAnIntent(t *testing.T) *world {
+	t.Helper()
+	w, _ := boundUnder(t, "r", "routed", "old")
+	c := w.get(claimObj("r", "", nil)).(*ipamv1.IPAddressClaim)
+	c.Annotations[ipamv1alpha1.SecretAnnotation] = "new"
+	must(t, w.direct.Update(w.ctx, c))
+	w.api.SetDown(true)
+	w.run(3)
+	if rec, _ := record.OnClaim(w.get(claimObj("r", "", nil)).GetAnnotations()); rec == nil || rec.RotatingTo.Name != "new" {
+		t.Fatalf("the rotation should be recorded as an intent: %s", w.describe())
+	}
+	return w
 }
 
 // TestASecretBeingLetGoIsNotRegisteredUnder: the Secret protector lets a Secret go in two
