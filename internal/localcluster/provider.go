@@ -117,7 +117,12 @@ func (c *ControlPlane) RouteWebhooksTo(ctx context.Context, m *Manager) error {
 }
 
 func (c *ControlPlane) routeWebhooks(ctx context.Context, port int) error {
-	return c.eachWebhook(ctx, "routing %s to 127.0.0.1", func(cc *admissionv1.WebhookClientConfig) {
+	return c.eachWebhook(ctx, "routing %s to 127.0.0.1", c.routeTo(port))
+}
+
+// routeTo changes a webhook's client config to call the manager serving on port.
+func (c *ControlPlane) routeTo(port int) func(*admissionv1.WebhookClientConfig) {
+	return func(cc *admissionv1.WebhookClientConfig) {
 		path := ""
 		switch {
 		case cc.Service != nil && cc.Service.Path != nil:
@@ -130,7 +135,7 @@ func (c *ControlPlane) routeWebhooks(ctx context.Context, port int) error {
 		cc.Service = nil
 		cc.URL = ptr.To(fmt.Sprintf("https://%s%s", hostPort(port), path))
 		cc.CABundle = c.caBundle
-	})
+	}
 }
 
 // UnrouteWebhooks points the webhook configurations back at the webhook Service, as

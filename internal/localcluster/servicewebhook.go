@@ -9,7 +9,9 @@ import (
 	"strings"
 
 	"github.com/pkg/errors"
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 )
@@ -18,9 +20,9 @@ import (
 // VITISTACK_SERVICES does (on: for a manager started with --enable-service-controller):
 // it renders the release's ipam-components.yaml with vars and VITISTACK_SERVICES, and
 // applies its Service webhook configuration (installed with the provider, calling nobody
-// while off). A running manager's routed configurations point at their Service while it
-// is applied (a configuration with both a URL and a Service is invalid), and at the
-// manager again after.
+// while off). While a manager runs, the configuration is applied routed to it: no
+// configuration points at the webhook Service for a moment, when the API server would
+// call the Service's ClusterIP, an address off this machine, for a write made meanwhile.
 func (c *ControlPlane) SetServiceWebhook(ctx context.Context, vars map[string]string, on bool) error {
 	file := filepath.Join(c.paths.Repository, "ipam-vitistack", c.paths.Version, "ipam-components.yaml")
 	withServices := map[string]string{"VITISTACK_SERVICES": strconv.FormatBool(on)}
@@ -37,22 +39,25 @@ func (c *ControlPlane) SetServiceWebhook(ctx context.Context, vars map[string]st
 	if err != nil {
 		return errors.Wrapf(err, "reading %s", file)
 	}
+	if c.webhookPort != 0 {
+		vwc := &admissionv1.ValidatingWebhookConfiguration{}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, vwc); err != nil {
+			return errors.Wrap(err, "reading the Service webhook configuration")
+		}
+		route := c.routeTo(c.webhookPort)
+		for i := range vwc.Webhooks {
+			route(&vwc.Webhooks[i].ClientConfig)
+		}
+		if obj.Object, err = runtime.DefaultUnstructuredConverter.ToUnstructured(vwc); err != nil {
+			return err
+		}
+	}
 	doc, err := yaml.Marshal(obj.Object)
 	if err != nil {
 		return err
 	}
-	if c.webhookPort != 0 {
-		if err := c.UnrouteWebhooks(ctx); err != nil {
-			return err
-		}
-	}
-	if _, err = c.Apply(ctx, string(doc)); err != nil {
-		return err
-	}
-	if c.webhookPort != 0 { // a manager runs: route the configurations to it again
-		return c.RouteWebhooks(ctx)
-	}
-	return nil
+	_, err = c.Apply(ctx, string(doc))
+	return err
 }
 
 // serviceWebhookOf returns the ValidatingWebhookConfiguration for Services out of a

@@ -321,22 +321,6 @@ func (f *InFlight) Now() time.Time {
 // AttemptTime is the time to record for a registration request sent now.
 func (f *InFlight) AttemptTime() time.Time { return f.Now().UTC() }
 
-// MayResendUnder reports whether a request sent now may reuse the claim's recorded attempt
-// time, saving a write: this process saw that attempt's answer, and a request sent now ends
-// (within timeout) before the attempt's quarantine does, so a process that finds the record
-// after a crash still waits long enough. An attempt time ahead of the clock is not reused.
-func (f *InFlight) MayResendUnder(uid types.UID, reg *record.Registration, timeout time.Duration) bool {
-	if reg.Attempt.IsZero() || timeout <= 0 {
-		return false
-	}
-	f.mu.Lock()
-	s := f.slots[identityKey+reg.Key()]
-	seen := s != nil && s.by == uid && s.attempt.Equal(reg.Attempt) && s.answered
-	f.mu.Unlock()
-	elapsed := f.Now().Sub(reg.Attempt)
-	return seen && elapsed >= 0 && elapsed+timeout < f.Quarantine
-}
-
 // MayStillBeInFlight reports for how long a request under the claim's identity may still be
 // carried out (0: none may): an unanswered one of this process, another's that is out, or the
 // claim's recorded attempt if this process did not see its answer. The wait is decided once,

@@ -209,37 +209,26 @@ func TestInFlightClockJumps(t *testing.T) {
 	g.Expect(waiting).To(BeZero())
 }
 
-// A request may go again under an attempt time whose answer this process saw, only
-// while the attempt is fresh, and never once the clock is behind it.
-func TestInFlightMayResendUnder(t *testing.T) {
+// An answer this process saw is kept while the claim holds the identity, and after it is
+// bound until the request's quarantine would have ended: a release, or the same request
+// sent again, waits for nothing, and nothing is kept busy.
+func TestInFlightAnAnswerSeenIsWaitedForByNothing(t *testing.T) {
 	g := NewWithT(t)
 	_, api := standIn(t)
-	t0, clock, f := clockedInFlight()
+	_, _, f := clockedInFlight()
 	reg := registration("u", "", f.AttemptTime())
-	g.Expect(f.MayResendUnder("u", reg, time.Second)).To(BeFalse(), "no answer seen")
-	g.Expect(register(f, api, "u", reg)).To(Succeed())
-	g.Expect(f.MayResendUnder("u", reg, time.Second)).To(BeTrue(), "nobody holds the identity: its answer is kept all the same")
 	_, ok := f.Reserve(context.Background(), reg.Key(), "", claim("u"), nil)
 	g.Expect(ok).To(BeTrue())
 	g.Expect(register(f, api, claim("u").UID, reg)).To(Succeed())
-	g.Expect(f.MayResendUnder(claim("u").UID, reg, time.Second)).To(BeTrue())
-	g.Expect(f.MayResendUnder("another", reg, time.Second)).To(BeFalse())
-	clock.SetTime(t0.Add(time.Hour))
-	g.Expect(f.MayResendUnder(claim("u").UID, reg, time.Second)).To(BeFalse(), "too old to resend under")
-	clock.SetTime(t0.Add(-time.Hour))
-	g.Expect(f.MayResendUnder(claim("u").UID, reg, time.Second)).To(BeFalse(), "an attempt time ahead of the clock is reused")
-	clock.SetTime(t0.Add(5 * time.Second))
-	g.Expect(f.MayResendUnder(claim("u").UID, reg, time.Second)).To(BeTrue())
+	g.Expect(f.MayStillBeInFlight(claim("u").UID, reg)).To(BeZero())
 
-	// Bound: the claim holds nothing; its answer is kept until the request's quarantine
-	// would have ended (a release then waits for nothing), and nothing is kept busy.
 	f.Forget(claim("u").UID)
-	g.Expect(f.MayResendUnder(claim("u").UID, reg, time.Second)).To(BeTrue())
 	g.Expect(f.MayStillBeInFlight(claim("u").UID, reg)).To(BeZero())
 	keys, claims := f.Len()
 	g.Expect(keys).To(Equal(1))
 	g.Expect(claims).To(BeZero())
 	g.Expect(f.Busy(reg)).To(BeZero())
+	g.Expect(f.MayStillBeInFlight("another", reg)).NotTo(BeZero(), "another claim's record with that attempt was not seen answered")
 }
 
 // A wait ends once its time has passed on the monotonic clock, whatever the wall clock

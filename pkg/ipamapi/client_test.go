@@ -393,6 +393,9 @@ func TestClassification(t *testing.T) {
 			expectClass(g, err, tc.class, fmt.Sprintf("HTTP %d", tc.status))
 			g.Expect(ipamapi.IsTransient(err)).To(Equal(tc.class == ipamapi.ClassTransient || tc.class == ipamapi.ClassBackendFailing))
 			g.Expect(ipamapi.IsNotHeld(err)).To(Equal(tc.class == ipamapi.ClassNotHeld))
+			// What may pass for a zone that worked: the zone unknown, or its prefixes not loaded.
+			_, _, gone := ipamapi.ZoneGone(err, "inet", ipamapi.FamilyIPv4)
+			g.Expect(gone).To(Equal(tc.class == ipamapi.ClassNoPrefixes || strings.HasPrefix(tc.name, "invalid zone")), "ZoneGone")
 		})
 	}
 }

@@ -97,7 +97,7 @@ func ClassOf(err error) Class {
 }
 
 // IsTransient reports whether err is worth retrying unchanged: ClassTransient and
-// ClassBackendFailing. ClassNoPrefixes is not included; the caller decides (see there).
+// ClassBackendFailing. ClassNoPrefixes is not included: the caller decides (see ZoneGone).
 func IsTransient(err error) bool {
 	switch ClassOf(err) {
 	case ClassTransient, ClassBackendFailing:
@@ -114,11 +114,26 @@ func IsExhausted(err error) bool { return ClassOf(err) == ClassExhausted }
 
 // IsUnknownZone reports whether err is the 400 "invalid zone '<zone>', must be one of:
 // …" (ClassValidation). The IPAM-API checks the zone against the zone list it reads from
-// NetBox on each request: for a zone that worked before, a list that lacked it is
-// NetBox's passing fault, and the caller treats it as transient (as ClassNoPrefixes).
+// NetBox on each request.
 func IsUnknownZone(err error) bool {
 	var e *Error
 	return errors.As(err, &e) && e.Class == ClassValidation && strings.HasPrefix(e.Message, msgInvalidZone)
+}
+
+// ZoneGone reports whether err says that the IPAM-API lacks the zone (IsUnknownZone) or the
+// zone's prefixes of the family (ClassNoPrefixes), and, if so, says what it lacks and how
+// that passes: for a zone and family that worked before, the answer is the IPAM-API's
+// passing fault (its zone list, read from NetBox, lacked the zone; it loads its prefixes
+// after a restart), and callers treat it as ClassBackendFailing; otherwise as the user's
+// to fix. Both the claims and the pools' checks decide with it.
+func ZoneGone(err error, zone string, family Family) (lacks, passes string, ok bool) {
+	switch {
+	case IsUnknownZone(err):
+		return "did not know zone " + zone, "it reads its zones from NetBox", true
+	case ClassOf(err) == ClassNoPrefixes:
+		return fmt.Sprintf("has no prefixes for zone %s, family %s", zone, family), "it loads them after a restart", true
+	}
+	return "", "", false
 }
 
 // Server messages the classes are recognised by (byte-exact, misspellings included).

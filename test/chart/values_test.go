@@ -147,6 +147,9 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{[]string{"defaultZone=nowhere"}, "at '/defaultZone'"},
 		{[]string{"replica=2"}, "additional properties 'replica' not allowed"},
 		{[]string{"webhook.certManager.enabled=false"}, "at '/webhook/existingCertSecret': minLength: got 0, want 1"},
+		// A certificate of the user's with cert-manager on: cert-manager would inject the CA
+		// of another certificate than the one served, and every pool write be refused.
+		{[]string{"webhook.existingCertSecret=my-cert", "webhook.caBundle=Zm9v"}, "at '/webhook/certManager/enabled'"},
 		{[]string{"webhook.certManager.issuerRef.kind=Secret"}, "at '/webhook/certManager/issuerRef/kind'"},
 		{[]string{"services.enabled=yes"}, "at '/services/enabled': got string, want boolean"},
 	} {

@@ -261,9 +261,8 @@ func secretChanged(sec *registrar.Secret) outcome {
 // nothing to release.
 func (h *Handler) writePending(ctx context.Context, reg *record.Registration, sec *registrar.Secret) *outcome {
 	ready, written := sec.Ready(), h.recordWritten(reg)
-	if ready && (!written || !h.InFlight.MayResendUnder(h.claim.UID, reg, h.Config.RequestTimeout)) {
-		// The request about to go out may not go under the recorded attempt time (which
-		// would save a write): its outcome is unknown, or it is too old.
+	if ready {
+		// Each request goes out under an attempt time of its own, recorded first.
 		reg.Attempt, written = h.InFlight.AttemptTime(), false
 	}
 	// The Secret protector lets a Secret go only after a last, uncached look for records
@@ -376,6 +375,10 @@ func (h *Handler) registerFailed(ctx context.Context, reg *record.Registration, 
 	// request was sent under the record before: an earlier one may have been carried out.
 	nothingHeld := provesNothingHeld(err) || firstAttempt && (ipamapi.ClassOf(err) == ipamapi.ClassValidation || ipamapi.ClassOf(err) == ipamapi.ClassNoPrefixes)
 	refuse := func(o outcome) outcome { return h.refuse(ctx, o, valueKey(reg.Secret, sec, nil), reg, nothingHeld) }
+	if lacks, passes, ok := ipamapi.ZoneGone(err, reg.Zone, reg.Family); ok && ipamv1alpha1.WorkedBefore(h.pool) {
+		return failed(ipamv1alpha1.ClaimReadyBackendFailingReason, fmt.Sprintf("the IPAM-API at %s %s although the pool worked before (%s): "+
+			"%s; retrying with back-off", reg.Endpoint, lacks, passes, msg))
+	}
 	switch ipamapi.ClassOf(err) {
 	case ipamapi.ClassExhausted:
 		o := failed(ipamv1.IPAddressClaimReadyPoolExhaustedReason,
@@ -388,19 +391,9 @@ func (h *Handler) registerFailed(ctx context.Context, reg *record.Registration, 
 		}
 		return o
 	case ipamapi.ClassValidation:
-		if ipamapi.IsUnknownZone(err) && ipamv1alpha1.WorkedBefore(h.pool) {
-			// The zone worked: the IPAM-API's zone list, read from NetBox, lacked it.
-			return failed(ipamv1alpha1.ClaimReadyBackendFailingReason, fmt.Sprintf("the IPAM-API at %s did not know zone %s "+
-				"although the pool worked before (it reads its zones from NetBox): %s; retrying with back-off", reg.Endpoint, reg.Zone, msg))
-		}
 		return refuse(failed(ipamv1.IPAddressClaimReadyPoolNotReadyReason,
 			fmt.Sprintf("the IPAM-API refused the request for zone %s, family %s: %s; fix the pool or the claim's annotations", reg.Zone, reg.Family, msg)))
 	case ipamapi.ClassNoPrefixes:
-		if ipamv1alpha1.WorkedBefore(h.pool) {
-			// The pool worked: the real IPAM-API loads its prefixes after a restart.
-			return failed(ipamv1alpha1.ClaimReadyBackendFailingReason, fmt.Sprintf("the IPAM-API at %s has no prefixes for zone %s, family %s "+
-				"although the pool worked before (it loads them after a restart): %s; retrying with back-off", reg.Endpoint, reg.Zone, reg.Family, msg))
-		}
 		return refuse(failed(ipamv1.IPAddressClaimReadyPoolNotReadyReason,
 			fmt.Sprintf("the IPAM-API has no %s prefixes in zone %s: %s; fix the pool's spec.zone or spec.ipFamily", reg.Family, reg.Zone, msg)))
 	case ipamapi.ClassBackendFailing:

@@ -424,6 +424,53 @@ func TestALostReleaseIsWaitedOutByTheNextManager(t *testing.T) {
 	w.check()
 }
 
+// TestALostGiveBackIsWaitedOutByTheNextManager: a subnet-mode claim's candidate is held
+// under the same Secret value by someone else, so the claim gives it back, and the answer
+// to the give-back is lost; the manager restarts. The new one does not give it back again
+// until the first give-back can no longer be carried out: carried out late, it would free
+// the address should the claim, or one made again under its name, register it meanwhile.
+// Then the claim binds the next address, and the holder outside keeps the first.
+func TestALostGiveBackIsWaitedOutByTheNextManager(t *testing.T) {
+	w := newWorld(t)
+	w.cfg.QuarantineTime = 2 * time.Second // long enough to look at the wait
+	w.start()
+	pools(w)
+	holdOutside(w, "old-secret-value-1", "hnet-private", "10.50.0.2/32")
+	must(t, w.api.SetFaults(sim.Faults{DropAfterNext: 1, Routes: []sim.Route{sim.RouteRelease}}))
+	w.create(claimObj("c", "subnet", map[string]string{ipamv1alpha1.SecretAnnotation: "old"}))
+	for range 5 {
+		if w.api.Stats().Total(sim.RouteRelease) > 0 {
+			break
+		}
+		w.pass()
+	}
+	rec, _ := record.OnClaim(w.get(claimObj("c", "", nil)).GetAnnotations())
+	if n := w.api.Stats().Total(sim.RouteRelease); n != 1 || rec == nil || rec.Phase != record.PhaseDeclining || rec.Attempt.IsZero() {
+		t.Fatalf("the claim should have recorded its give-back of 10.50.0.2, with its attempt time, and sent it once (sent %d): %s", n, w.describe())
+	}
+	w.start() // a restart: nothing in memory says the give-back got no answer
+	released := w.api.Stats().Total(sim.RouteRelease)
+	w.run(2)
+	if n := w.api.Stats().Total(sim.RouteRelease) - released; n != 0 {
+		t.Errorf("%d give-backs went out again while the first may still be carried out", n)
+	}
+	w.settle()
+	if a := w.addressOf("c"); a == nil || a.Spec.Address != "10.50.0.3" {
+		t.Fatalf("the claim is bound to %v, want 10.50.0.3, the next address:\n%s", a, w.describe())
+	}
+	if holders := w.live()["10.50.0.2/32"]; len(holders) != 0 {
+		t.Errorf("10.50.0.2 is held by %v of this cluster too, want its holder outside alone", holders)
+	}
+	kept := false
+	for _, h := range w.api.Holders("10.50.0.2/32") {
+		kept = kept || h.ServiceName == "elsewhere-10.50.0.2/32" && h.State == sim.HoldLive
+	}
+	if !kept {
+		t.Errorf("the holder outside lost 10.50.0.2: %v", w.api.Holders("10.50.0.2/32"))
+	}
+	w.check()
+}
+
 // movingWorld is a world with a quarantine long enough to look at a wait, two pools of one
 // zone and family for a Service to move between (svc-a, svc-b), and the Secret old.
 func movingWorld(t *testing.T) *world {

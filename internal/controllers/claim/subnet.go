@@ -182,14 +182,22 @@ func (h *Handler) pick(ctx context.Context, plan *subnet.Plan, reg *record.Regis
 	}
 }
 
-// decline gives back a candidate someone else holds (the Declining phase is recorded first:
-// after a restart it is given back, never taken), then skips it.
+// decline gives back a candidate someone else holds, then skips it. The Declining phase is
+// recorded first, with the give-back's attempt time, as a registration is: after a restart
+// the candidate is given back, never taken, and a give-back whose answer this process did
+// not see (an earlier manager's) is waited out before it is sent again. Carried out late,
+// it would free the address should this claim, or one made again under its name (the same
+// identity), register it meanwhile.
 func (h *Handler) decline(ctx context.Context, api ipamapi.Client, sec *registrar.Secret, reg *record.Registration) outcome {
-	if reg.Phase != record.PhaseDeclining {
-		reg.Phase = record.PhaseDeclining
-		if err := h.writeRecord(ctx, reg, nil); err != nil {
-			return transient(err)
+	if reg.Phase == record.PhaseDeclining {
+		if left := h.InFlight.MayStillBeInFlight(h.claim.UID, reg); left > 0 {
+			return failed(ipamv1.IPAddressClaimReadyAllocationFailedReason, fmt.Sprintf("giving back %s, which someone else holds: "+
+				"an earlier give-back may still be carried out in the IPAM-API; sent again after %s", reg.Address, h.after(left))).retryIn(left)
 		}
+	}
+	reg.Phase, reg.Attempt = record.PhaseDeclining, h.InFlight.AttemptTime()
+	if err := h.writeRecord(ctx, reg, nil); err != nil {
+		return transient(err)
 	}
 	// Given back with the claim's retention: a hold this identity had retained from an
 	// earlier claim of the same name stays retained (subnet mode does not return retained

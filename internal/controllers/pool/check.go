@@ -83,20 +83,16 @@ func checkZone(ctx context.Context, pool ipamv1alpha1.Pool, t target) check {
 		return check{ipamv1alpha1.PoolReadyZoneRejectedReason, fmt.Sprintf("the readiness check (a release of %s, which nobody holds) was refused "+
 			"by the IPAM-API at %s: %v; %s", reg.Address, reg.Endpoint, err, what)}
 	}
+	if lacks, passes, ok := ipamapi.ZoneGone(err, reg.Zone, reg.Family); ok && ipamv1alpha1.WorkedBefore(pool) {
+		return check{ipamv1alpha1.PoolReadyBackendFailingReason, fmt.Sprintf("the IPAM-API at %s %s although the pool worked before (%s): %v",
+			reg.Endpoint, lacks, passes, err)}
+	}
 	switch ipamapi.ClassOf(err) {
 	case ipamapi.ClassNotHeld:
 		return accepted
 	case ipamapi.ClassValidation:
-		if ipamapi.IsUnknownZone(err) && ipamv1alpha1.WorkedBefore(pool) {
-			return check{ipamv1alpha1.PoolReadyBackendFailingReason, fmt.Sprintf("the IPAM-API at %s did not know zone %s "+
-				"although it did before (it reads its zones from NetBox): %v", reg.Endpoint, reg.Zone, err)}
-		}
 		return refused("fix spec.zone or spec.ipFamily")
 	case ipamapi.ClassNoPrefixes:
-		if ipamv1alpha1.WorkedBefore(pool) {
-			return check{ipamv1alpha1.PoolReadyBackendFailingReason, fmt.Sprintf("the IPAM-API at %s has no prefixes for zone %s, family %s "+
-				"although it had before (it loads them after a restart): %v", reg.Endpoint, reg.Zone, reg.Family, err)}
-		}
 		return refused(fmt.Sprintf("zone %s has no %s prefixes: fix spec.zone or spec.ipFamily", reg.Zone, reg.Family))
 	case ipamapi.ClassBackendFailing:
 		return check{ipamv1alpha1.PoolReadyBackendFailingReason, fmt.Sprintf("the IPAM-API at %s answers, but its own backend is failing: %v",

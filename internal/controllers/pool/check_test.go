@@ -44,7 +44,7 @@ func TestCheckZone(t *testing.T) {
 	}{
 		{"accepted", fresh, func() {}, ipamv1alpha1.PoolReadyReason, "accepts zone inet, family ipv4"},
 		{"an unknown zone, never worked", fresh, unknownZone, ipamv1alpha1.PoolReadyZoneRejectedReason, "fix spec.zone or spec.ipFamily"},
-		{"an unknown zone that worked before", worked, unknownZone, ipamv1alpha1.PoolReadyBackendFailingReason, "did not know zone inet although it did before"},
+		{"an unknown zone that worked before", worked, unknownZone, ipamv1alpha1.PoolReadyBackendFailingReason, "did not know zone inet although the pool worked before"},
 		{"no prefixes, worked before", worked, func() { s.SetPrefixesLoading(true) }, ipamv1alpha1.PoolReadyBackendFailingReason, "has no prefixes"},
 	} {
 		c.fault()
