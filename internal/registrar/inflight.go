@@ -29,8 +29,8 @@ import (
 //     them, simultaneous first registrations of one identity each allocate an address, and a
 //     release carried out late frees what was registered since.
 //
-// Across processes, the attempt time on the claim's record guards a registration: one this
-// process did not see answered is waited out from it (MayStillBeInFlight). Releases are
+// Across processes, the attempt time on the claim's record guards a request: one this
+// process did not see answered is waited out from it (Wait). Releases are
 // recorded nowhere: a claim this process did not see live may have had one sent by the
 // process before it, waited out for the first quarantine (MayStillBeReleasing).
 type InFlight struct {
@@ -281,21 +281,6 @@ func keysOf(reg *record.Registration, address string) []string {
 	return keys
 }
 
-// Busy reports for how long a registration under reg's identity or address, sent by this
-// process or met on a record, may still be carried out (0: none may). A release sent before it
-// ends could be overtaken by it, and the address registered again for good.
-func (f *InFlight) Busy(reg *record.Registration) time.Duration {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	mono, left := f.monotonic(), time.Duration(0)
-	for _, key := range keysOf(reg, reg.Address) {
-		if s := f.slots[key]; s != nil {
-			left = max(left, s.left(mono))
-		}
-	}
-	return left
-}
-
 // ended records the end of a request under keys: answered (remembered for a quarantine, so
 // that a release or a request sent again under its attempt waits for nothing; pruned after),
 // or lost (busy for a quarantine).
@@ -321,25 +306,33 @@ func (f *InFlight) Now() time.Time {
 // AttemptTime is the time to record for a registration request sent now.
 func (f *InFlight) AttemptTime() time.Time { return f.Now().UTC() }
 
-// MayStillBeInFlight reports for how long a request under the claim's identity may still be
-// carried out (0: none may): an unanswered one of this process, another's that is out, or the
-// claim's recorded attempt if this process did not see its answer. The wait is decided once,
-// when this process first meets the attempt's wall-clock time, then timed on the monotonic
-// clock, so a jump of the wall clock neither stretches nor cuts it. An attempt time ahead of the
-// clock is waited out for one quarantine: it was sent before now all the same.
-func (f *InFlight) MayStillBeInFlight(uid types.UID, reg *record.Registration) time.Duration {
-	if reg.Attempt.IsZero() {
-		return 0
-	}
+// Wait reports for how long a request under reg's identity or address may still be
+// carried out (0: none may): one this process sent that is out or got no answer, another's
+// that is out, and, if recorded, the attempt recorded for the claim uid on reg, unless this
+// process saw its answer (a record's attempt is not recorded for a claim whose IPAddress
+// shows it answered). A release or a registration sent before such a request ends could be
+// overtaken by it. The wait for a recorded attempt is decided once, when this process first
+// meets the attempt's wall-clock time, then timed on the monotonic clock, so a jump of the
+// wall clock neither stretches nor cuts it. An attempt time ahead of the clock is waited out
+// for one quarantine: it was sent before now all the same.
+func (f *InFlight) Wait(uid types.UID, reg *record.Registration, recorded bool) time.Duration {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	mono := f.monotonic()
-	s := f.slot(identityKey+reg.Key(), reg.Endpoint)
-	if (s.by != uid || !s.attempt.Equal(reg.Attempt)) && !s.busy(mono) {
-		s.by, s.attempt, s.out, s.answered = uid, reg.Attempt, false, false
-		s.until = mono + min(reg.Attempt.Add(f.Quarantine).Sub(f.Now()), f.Quarantine)
+	if recorded && !reg.Attempt.IsZero() {
+		s := f.slot(identityKey+reg.Key(), reg.Endpoint)
+		if (s.by != uid || !s.attempt.Equal(reg.Attempt)) && !s.busy(mono) {
+			s.by, s.attempt, s.out, s.answered = uid, reg.Attempt, false, false
+			s.until = mono + min(reg.Attempt.Add(f.Quarantine).Sub(f.Now()), f.Quarantine)
+		}
 	}
-	return s.left(mono)
+	left := time.Duration(0)
+	for _, key := range keysOf(reg, reg.Address) {
+		if s := f.slots[key]; s != nil {
+			left = max(left, s.left(mono))
+		}
+	}
+	return left
 }
 
 // SawAlive notes that this process saw the claim live (not being deleted): only this process

@@ -164,18 +164,18 @@ func TestInFlightQuarantine(t *testing.T) {
 	_, api := standIn(t)
 	f := &registrar.InFlight{Quarantine: time.Hour}
 	attempt := f.AttemptTime()
-	g.Expect(f.MayStillBeInFlight("u", registration("x", "", attempt))).To(BeNumerically(">", 0),
+	g.Expect(f.Wait("u", registration("x", "", attempt), true)).To(BeNumerically(">", 0),
 		"an attempt whose answer this process never saw")
-	g.Expect(f.MayStillBeInFlight("u", registration("y", "", time.Time{}))).To(BeZero(), "nothing was ever sent")
+	g.Expect(f.Wait("u", registration("y", "", time.Time{}), true)).To(BeZero(), "nothing was ever sent")
 
 	v := claim("v")
 	_, ok := f.Reserve(context.Background(), registration("z", "", attempt).Key(), "", v, nil)
 	g.Expect(ok).To(BeTrue())
 	g.Expect(register(f, api, v.UID, registration("z", "", attempt))).To(Succeed())
-	g.Expect(f.MayStillBeInFlight(v.UID, registration("z", "", attempt))).To(BeZero(), "its answer was seen")
-	g.Expect(f.MayStillBeInFlight(v.UID, registration("z", "", attempt.Add(time.Second)))).To(BeNumerically(">", 0),
+	g.Expect(f.Wait(v.UID, registration("z", "", attempt), true)).To(BeZero(), "its answer was seen")
+	g.Expect(f.Wait(v.UID, registration("z", "", attempt.Add(time.Second)), true)).To(BeNumerically(">", 0),
 		"a later attempt is another request")
-	g.Expect(f.MayStillBeInFlight("w", registration("x", "", attempt))).To(BeNumerically(">", 0),
+	g.Expect(f.Wait("w", registration("x", "", attempt), true)).To(BeNumerically(">", 0),
 		"another claim of the identity waits for the request too")
 }
 
@@ -189,23 +189,23 @@ func TestInFlightClockJumps(t *testing.T) {
 	attempt := f.AttemptTime()
 	g.Expect(attempt).To(Equal(t0))
 
-	waiting := f.MayStillBeInFlight("u", registration("u", "", attempt))
+	waiting := f.Wait("u", registration("u", "", attempt), true)
 	g.Expect(waiting).To(BeNumerically("~", 20*time.Second, time.Second))
 
 	// Back an hour: the wait begun goes on for its 20 s, not for an hour more.
 	clock.SetTime(t0.Add(-time.Hour))
-	waiting = f.MayStillBeInFlight("u", registration("u", "", attempt))
+	waiting = f.Wait("u", registration("u", "", attempt), true)
 	g.Expect(waiting).To(BeNumerically("~", 20*time.Second, time.Second), "waits for as long as the clock went back")
 	// An attempt ahead of the clock, first met now, is waited out for one quarantine.
-	waiting = f.MayStillBeInFlight("v", registration("v", "", attempt))
+	waiting = f.Wait("v", registration("v", "", attempt), true)
 	g.Expect(waiting).To(BeNumerically("~", 20*time.Second, time.Second))
 
 	// Forward an hour: the wait begun is not cut short; an attempt first met now is
 	// long over.
 	clock.SetTime(t0.Add(time.Hour))
-	waiting = f.MayStillBeInFlight("u", registration("u", "", attempt))
+	waiting = f.Wait("u", registration("u", "", attempt), true)
 	g.Expect(waiting).To(BeNumerically(">", 0), "a jump forward cut the wait short")
-	waiting = f.MayStillBeInFlight("w", registration("w", "", attempt))
+	waiting = f.Wait("w", registration("w", "", attempt), true)
 	g.Expect(waiting).To(BeZero())
 }
 
@@ -220,15 +220,15 @@ func TestInFlightAnAnswerSeenIsWaitedForByNothing(t *testing.T) {
 	_, ok := f.Reserve(context.Background(), reg.Key(), "", claim("u"), nil)
 	g.Expect(ok).To(BeTrue())
 	g.Expect(register(f, api, claim("u").UID, reg)).To(Succeed())
-	g.Expect(f.MayStillBeInFlight(claim("u").UID, reg)).To(BeZero())
+	g.Expect(f.Wait(claim("u").UID, reg, true)).To(BeZero())
 
 	f.Forget(claim("u").UID)
-	g.Expect(f.MayStillBeInFlight(claim("u").UID, reg)).To(BeZero())
+	g.Expect(f.Wait(claim("u").UID, reg, true)).To(BeZero())
 	keys, claims := f.Len()
 	g.Expect(keys).To(Equal(1))
 	g.Expect(claims).To(BeZero())
-	g.Expect(f.Busy(reg)).To(BeZero())
-	g.Expect(f.MayStillBeInFlight("another", reg)).NotTo(BeZero(), "another claim's record with that attempt was not seen answered")
+	g.Expect(f.Wait("", reg, false)).To(BeZero())
+	g.Expect(f.Wait("another", reg, true)).NotTo(BeZero(), "another claim's record with that attempt was not seen answered")
 }
 
 // A wait ends once its time has passed on the monotonic clock, whatever the wall clock
@@ -237,11 +237,11 @@ func TestInFlightWaitEnds(t *testing.T) {
 	g := NewWithT(t)
 	t0, clock, f := clockedInFlight()
 	f.Quarantine = 50 * time.Millisecond
-	waiting := f.MayStillBeInFlight("u", registration("u", "", t0))
+	waiting := f.Wait("u", registration("u", "", t0), true)
 	g.Expect(waiting).To(BeNumerically(">", 0))
 	clock.SetTime(t0.Add(-time.Hour)) // the wall clock stands still, behind
 	time.Sleep(60 * time.Millisecond)
-	waiting = f.MayStillBeInFlight("u", registration("u", "", t0))
+	waiting = f.Wait("u", registration("u", "", t0), true)
 	g.Expect(waiting).To(BeZero())
 }
 
@@ -257,15 +257,15 @@ func TestInFlightLostAnswer(t *testing.T) {
 	g.Expect(s.DropNext(sim.DropAfter, 1)).To(Succeed())
 	g.Expect(register(f, api, "u", reg)).NotTo(Succeed())
 	clock.SetTime(t0.Add(time.Hour))
-	g.Expect(f.MayStillBeInFlight("u", reg)).To(BeNumerically(">", 0), "a jump forward ended the wait for a request this process sent")
-	g.Expect(f.Busy(reg)).To(BeNumerically(">", 0), "a release may go before the request ends")
-	g.Expect(f.Busy(registration("other", "", time.Time{}))).To(BeZero())
+	g.Expect(f.Wait("u", reg, true)).To(BeNumerically(">", 0), "a jump forward ended the wait for a request this process sent")
+	g.Expect(f.Wait("", reg, false)).To(BeNumerically(">", 0), "a release may go before the request ends")
+	g.Expect(f.Wait("", registration("other", "", time.Time{}), false)).To(BeZero())
 	f.Forget("u")
-	g.Expect(f.MayStillBeInFlight("u", reg)).To(BeNumerically(">", 0), "Forget ended the wait")
-	g.Eventually(func() time.Duration { return f.MayStillBeInFlight("u", reg) }).Should(BeZero())
-	g.Expect(f.Busy(reg)).To(BeZero())
+	g.Expect(f.Wait("u", reg, true)).To(BeNumerically(">", 0), "Forget ended the wait")
+	g.Eventually(func() time.Duration { return f.Wait("u", reg, true) }).Should(BeZero())
+	g.Expect(f.Wait("", reg, false)).To(BeZero())
 	g.Expect(register(f, api, "u", reg)).To(Succeed())
-	g.Expect(f.MayStillBeInFlight("u", reg)).To(BeZero())
+	g.Expect(f.Wait("u", reg, true)).To(BeZero())
 	f.Forget("u")
 }
 
@@ -290,9 +290,9 @@ func TestInFlightForgetWhileOut(t *testing.T) {
 	keys, claims := f.Len()
 	g.Expect(keys).To(Equal(2), "the answer is remembered (identity and address) until the request's quarantine ends")
 	g.Expect(claims).To(BeZero())
-	g.Expect(f.Busy(reg)).To(BeZero())
+	g.Expect(f.Wait("", reg, false)).To(BeZero())
 
-	g.Expect(f.MayStillBeInFlight("w", registration("met", "", f.AttemptTime()))).To(BeNumerically(">", 0))
+	g.Expect(f.Wait("w", registration("met", "", f.AttemptTime()), true)).To(BeNumerically(">", 0))
 	g.Expect(register(f, api, "w", registration("met", "", time.Time{}))).To(MatchError(ContainSubstring("without an answer")))
 	g.Expect(s.Stats().Total(sim.RouteRegister)).To(Equal(1))
 }
@@ -321,7 +321,7 @@ func TestInFlightPrunesOncePerDoubling(t *testing.T) {
 	}
 	over := func(from, to int) { // waits met long after their attempt: over at once
 		for i := from; i < to; i++ {
-			g.Expect(f.MayStillBeInFlight("u", registration(fmt.Sprint("over", i), "", t0.Add(-time.Hour)))).To(BeZero())
+			g.Expect(f.Wait("u", registration(fmt.Sprint("over", i), "", t0.Add(-time.Hour)), true)).To(BeZero())
 		}
 	}
 	hold(0, 3000)
@@ -358,7 +358,7 @@ func TestInFlightReleases(t *testing.T) {
 	g.Expect(s.DropNext(sim.DropBefore, 1)).To(Succeed())
 	_, err := f.Release(context.Background(), api, "r", reg, reg.Request(value))
 	g.Expect(err).To(HaveOccurred())
-	g.Expect(f.Busy(reg)).To(Equal(20*time.Second), "a release without an answer may still be carried out")
+	g.Expect(f.Wait("", reg, false)).To(Equal(20*time.Second), "a release without an answer may still be carried out")
 	g.Expect(register(f, api, "r", registration("r", "", time.Time{}))).To(MatchError(ContainSubstring("ended without an answer")))
 	g.Expect(register(f, api, "other", registration("other", reg.Address, time.Time{}))).To(MatchError(ContainSubstring("ended without an answer")))
 	g.Expect(s.Stats().Total(sim.RouteRegister)).To(Equal(1))

@@ -81,9 +81,14 @@ func (h *Handler) allocate(ctx context.Context, address *ipamv1.IPAddress) outco
 	}
 	// Two requests of one identity without an address in flight at once would each
 	// allocate one; in subnet mode, an address must not meet an earlier request of the
-	// identity for another one either. Nor may any request meet one of another claim with
-	// the same identity (a Service's claim before a move) that may still be carried out.
-	own := reg.Phase != record.PhaseRegistered && (reg.Address == "" || subnetMode)
+	// identity for another one either. A request for the same address may meet one, but
+	// the claim's record then no longer shows the earlier one, and the claim's release,
+	// once the later one is answered, would not wait for it: carried out after the
+	// release, it would hold the address again for good. So an earlier request of the
+	// claim is waited out whatever it asked for. Nor may any request meet one of another
+	// claim with the same identity (a Service's claim before a move) that may still be
+	// carried out.
+	own := reg.Phase != record.PhaseRegistered
 	if left, err := h.mayStillBeInFlight(ctx, reg, own, false); err != nil {
 		return transient(err)
 	} else if left > 0 {
@@ -138,7 +143,7 @@ func (h *Handler) allocate(ctx context.Context, address *ipamv1.IPAddress) outco
 func (h *Handler) mayStillBeInFlight(ctx context.Context, reg *record.Registration, own, releasing bool) (time.Duration, error) {
 	left := time.Duration(0)
 	if own {
-		left = h.InFlight.MayStillBeInFlight(h.claim.UID, reg)
+		left = h.InFlight.Wait(h.claim.UID, reg, true)
 	}
 	claims := &ipamv1.IPAddressClaimList{}
 	if err := index.ListByRegistration(ctx, h.Client, claims, reg.Key()); err != nil {
@@ -150,7 +155,7 @@ func (h *Handler) mayStillBeInFlight(ctx context.Context, reg *record.Registrati
 		// had the answer to it.
 		if other, err := record.OnClaim(c.Annotations); c.UID != h.claim.UID && err == nil && other != nil && other.Key() == reg.Key() &&
 			!other.Attempt.IsZero() && (other.Address == "" || releasing && other.Address == reg.Address) && c.Status.AddressRef.Name == "" {
-			left = max(left, h.InFlight.MayStillBeInFlight(c.UID, other))
+			left = max(left, h.InFlight.Wait(c.UID, other, true))
 		}
 	}
 	return left, nil

@@ -180,7 +180,7 @@ func (h *Handler) unanswered(cur, rec *record.Registration) time.Duration {
 	if cur == nil || cur.Attempt.IsZero() || cur.Attempt.Equal(rec.Attempt) || cur.Key() != rec.Key() {
 		return 0
 	}
-	return h.InFlight.MayStillBeInFlight(h.claim.UID, cur)
+	return h.InFlight.Wait(h.claim.UID, cur, true)
 }
 
 // registerBound sends req, a request for the address a claim has registered (rec), recorded on

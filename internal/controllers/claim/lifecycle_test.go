@@ -692,13 +692,17 @@ func TestAnEmptyShareKeyIsNoKey(t *testing.T) {
 }
 
 // A claim that asks for an address, whose request a process recorded and then died
-// before sending, is sent at once by the next process: a request that names its
-// address gets the same answer however often it goes, so only a request without one is
-// waited out. (Were it waited out, the request would be held back for the quarantine,
-// the claim would say the IPAM-API could not be reached, and every retry would write a
-// new attempt time.)
-func TestARecordedRequestForAnAddressGoesAtOnceAfterARestart(t *testing.T) {
+// before sending (or whose answer it never saw), is waited out by the next process
+// before it is sent again, though a request that names its address gets the same answer
+// however often it goes: sent at once, its answer would bind the claim under a new
+// attempt time, and nothing would show the earlier request any more; the claim's
+// release, once answered, would not wait for it, and carried out after the release, it
+// would hold the address again for good. The wait writes nothing and sends nothing,
+// says when the request goes, and is not taken for an IPAM-API that cannot be reached.
+func TestARecordedRequestForAnAddressIsWaitedOutAfterARestart(t *testing.T) {
 	w := newWorld(t)
+	w.cfg.QuarantineTime = 2 * time.Second // long enough to look at the wait
+	w.start()
 	pools(w)
 	w.create(claimObj("r", "routed", map[string]string{ipamv1alpha1.SecretAnnotation: "old", ipamv1alpha1.AddressesAnnotation: "83.118.168.20"}))
 	attempted := func() bool {
@@ -714,14 +718,24 @@ func TestARecordedRequestForAnAddressGoesAtOnceAfterARestart(t *testing.T) {
 		t.Fatalf("no process died between recording a request and sending it (%d sent)\n%s", w.api.Stats().Total(sim.RouteRegister), w.describe())
 	}
 	w.start()
-	w.pass()
+	writes := w.writes
+	w.run(2)
+	if sent := w.api.Stats().Total(sim.RouteRegister); sent != 0 || w.writes != writes+1 {
+		t.Errorf("while the recorded request may still be carried out: %d registrations and %d writes, want none and the "+
+			"condition's one", sent, w.writes-writes)
+	}
+	if c := readyOf(w.get(claimObj("r", "", nil)).(*ipamv1.IPAddressClaim)); c == nil ||
+		!strings.Contains(c.Message, "an earlier registration of 83.118.168.20/32 may still be in flight in the IPAM-API; the next is sent after") {
+		t.Errorf("the claim's Ready condition is %+v, want the wait and when it ends", c)
+	}
+	w.settle()
 	w.bound(t, "r")
 	if sent := w.api.Stats().Total(sim.RouteRegister); sent != 1 {
 		t.Errorf("%d registrations, want 1", sent)
 	}
 	for _, e := range w.drainEvents() {
 		if strings.Contains(e, ipamv1alpha1.ClaimReadyIPAMAPIUnreachableReason) {
-			t.Errorf("event %q: the request was held back", e)
+			t.Errorf("event %q: the wait was taken for an IPAM-API that cannot be reached", e)
 		}
 	}
 	w.check()

@@ -79,7 +79,7 @@ func (h *Handler) release(ctx context.Context) outcome {
 		// retention.
 		reg.RetentionPeriodDays = 0
 	}
-	// Once the request recorded has certainly ended (see InFlight.Busy): a pending one, one
+	// Once the request recorded has certainly ended (see InFlight.Wait): a pending one, one
 	// sent to learn the address (below), or a bound claim's later request that its IPAddress
 	// does not show answered (without the IPAddress, nothing shows which was); and a release
 	// an earlier process may have sent, its answer lost: carried out after the claim is gone,
@@ -89,9 +89,7 @@ func (h *Handler) release(ctx context.Context) outcome {
 		cur, _ := record.OnClaim(h.claim.Annotations)
 		left = max(left, h.unanswered(cur, reg))
 	}
-	if reg.Phase != record.PhaseRegistered || reg.Address == "" || !onAddress {
-		left = max(left, h.InFlight.MayStillBeInFlight(h.claim.UID, reg))
-	}
+	left = max(left, h.InFlight.Wait(h.claim.UID, reg, reg.Phase != record.PhaseRegistered || reg.Address == "" || !onAddress))
 	if left > 0 {
 		return releaseWaits(fmt.Sprintf("an earlier request for the address (a registration, or a release an earlier manager "+
 			"sent) may still be carried out in the IPAM-API; releasing after %s", h.after(left)), left)
@@ -123,7 +121,7 @@ func (h *Handler) release(ctx context.Context) outcome {
 	if err != nil {
 		return releaseFailed(err.Error())
 	}
-	if left := max(h.InFlight.Busy(reg), others); left > 0 {
+	if left := max(h.InFlight.Wait(h.claim.UID, reg, false), others); left > 0 {
 		return releaseWaits(fmt.Sprintf("an earlier registration of %s may still be in flight in the IPAM-API; releasing after %s",
 			orPending(reg.Address), h.after(left)), left)
 	}

@@ -190,7 +190,7 @@ func (h *Handler) pick(ctx context.Context, plan *subnet.Plan, reg *record.Regis
 // identity), register it meanwhile.
 func (h *Handler) decline(ctx context.Context, api ipamapi.Client, sec *registrar.Secret, reg *record.Registration) outcome {
 	if reg.Phase == record.PhaseDeclining {
-		if left := h.InFlight.MayStillBeInFlight(h.claim.UID, reg); left > 0 {
+		if left := h.InFlight.Wait(h.claim.UID, reg, true); left > 0 {
 			return failed(ipamv1.IPAddressClaimReadyAllocationFailedReason, fmt.Sprintf("giving back %s, which someone else holds: "+
 				"an earlier give-back may still be carried out in the IPAM-API; sent again after %s", reg.Address, h.after(left))).retryIn(left)
 		}

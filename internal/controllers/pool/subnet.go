@@ -101,7 +101,7 @@ func (r *Reconciler) finishSubnetProbe(ctx context.Context, pool ipamv1alpha1.Po
 	}
 	reg := &t.reg
 	reg.Address, reg.Identity, reg.RetentionPeriodDays, reg.Attempt = rec.Address, rec.Identity, 0, rec.Attempt
-	if wait := r.InFlight.MayStillBeInFlight(pool.GetUID(), reg); wait > 0 {
+	if wait := r.InFlight.Wait(pool.GetUID(), reg, true); wait > 0 {
 		ctrl.LoggerFrom(ctx).V(1).Info("The pool's subnet check may still be carried out; releasing its address later", "address", reg.Address, "after", wait)
 		return wait, nil, nil
 	}
@@ -124,7 +124,7 @@ func (r *Reconciler) finishSubnetProbe(ctx context.Context, pool ipamv1alpha1.Po
 // carried out, and nothing was sent; an *ipamapi.Error: the IPAM-API did not release it.
 func (r *Reconciler) releaseProbe(ctx context.Context, pool ipamv1alpha1.Pool, api ipamapi.Client, probe *record.Registration,
 	secret ipamapi.Secret) (wait time.Duration, err error) {
-	if left := r.InFlight.Busy(probe); left > 0 {
+	if left := r.InFlight.Wait(pool.GetUID(), probe, false); left > 0 {
 		return left, nil
 	}
 	if _, err := r.InFlight.Release(ipamapi.WithOperation(ctx, ipamapi.OpProbe), api, pool.GetUID(), probe, probe.Request(secret)); err != nil &&
