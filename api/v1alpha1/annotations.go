@@ -114,14 +114,6 @@ const (
 	// registration record; the claim's stays as it was last written. It lets a deleted
 	// claim be released even if its IPAddress was never created.
 	RegistrationAnnotation = annotationPrefix + "registration"
-
-	// RefusedInputsAnnotation on a claim is a digest of what the IPAM-API refused for a
-	// reason only a user can fix (zone, family, secret, address): the claim's
-	// annotations and generation, its pool's generation and readiness, the manager's
-	// settings and the Secret's value. Until one of them changes the request is not sent
-	// again. The digest is keyed with a key of the manager's process (a restarted
-	// manager sends the request once more), so it tells nothing about the Secret.
-	RefusedInputsAnnotation = annotationPrefix + "refused-inputs"
 )
 
 // SecretFingerprintsAnnotation on a Secret that a pool or a record names holds, by key,

@@ -267,8 +267,10 @@ func secretChanged(sec *registrar.Secret) outcome {
 func (h *Handler) writePending(ctx context.Context, reg *record.Registration, sec *registrar.Secret) *outcome {
 	ready, written := sec.Ready(), h.recordWritten(reg)
 	if ready {
-		// Each request goes out under an attempt time of its own, recorded first.
+		// Each request goes out under an attempt time of its own, recorded first; a refusal
+		// noted before is for other inputs.
 		reg.Attempt, written = h.InFlight.AttemptTime(), false
+		h.refusals.drop(h.claimKey())
 	}
 	// The Secret protector lets a Secret go only after a last, uncached look for records
 	// (two-phase: see SecretLettingGoAnnotation): a record that names the Secret for the
@@ -277,7 +279,7 @@ func (h *Handler) writePending(ctx context.Context, reg *record.Registration, se
 	prev, _ := record.OnClaim(h.written.Annotations)
 	confirm := ready && !written && (prev == nil || !prev.Secret.Equal(reg.Secret))
 	if !written {
-		if err := h.writeRecord(ctx, reg, map[string]*string{ipamv1alpha1.RefusedInputsAnnotation: nil}); err != nil {
+		if err := h.writeRecord(ctx, reg, nil); err != nil {
 			return stop(transient(err))
 		}
 	}
@@ -299,8 +301,7 @@ func (h *Handler) writePending(ctx context.Context, reg *record.Registration, se
 // recordWritten reports whether the claim already has this very record, with its
 // finalizer and without a refusal: then nothing is written.
 func (h *Handler) recordWritten(reg *record.Registration) bool {
-	if _, refused := h.written.Annotations[ipamv1alpha1.RefusedInputsAnnotation]; refused ||
-		!controllerutil.ContainsFinalizer(h.written, ipamutil.ReleaseAddressFinalizer) {
+	if !controllerutil.ContainsFinalizer(h.written, ipamutil.ReleaseAddressFinalizer) {
 		return false
 	}
 	want := &ipamv1.IPAddressClaim{}

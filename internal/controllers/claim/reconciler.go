@@ -34,6 +34,9 @@ import (
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, reterr error) {
 	claim := &ipamv1.IPAddressClaim{}
 	if err := r.Client.Get(ctx, req.NamespacedName, claim); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.refusals.drop(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if ref := claim.Spec.PoolRef; ref.APIGroup != ipamv1alpha1.GroupVersion.Group || !slices.Contains(poolKinds, ref.Kind) {

@@ -2,33 +2,38 @@ package claim
 
 import (
 	"context"
-	"crypto/hmac"
 	"crypto/sha256"
-	"encoding/hex"
 	"maps"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/pkg/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/record"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/registrar"
 )
 
-// refuse records a refusal (by the IPAM-API or the Secret) only a user can fix, and waits for
-// the claim, its pool or its Secret to change (see Config.SecretRecheckInterval).
+// refuse notes a refusal (by the IPAM-API or the Secret) only a user can fix, and waits for
+// the claim, its pool or its Secret to change (see Config.SecretRecheckInterval). The record
+// is kept while it may name something held (a registered address, or an unsettled attempt),
+// else removed; the refusal itself is written nowhere but the claim's condition.
 func (h *Handler) refuse(ctx context.Context, o outcome, secretVersion string, reg *record.Registration, nothingHeld bool) outcome {
-	// Kept while it may name something held: a registered address, or an unsettled attempt.
 	keep := reg
 	if reg.Phase != record.PhaseRegistered && (nothingHeld || reg.Attempt.IsZero()) {
 		keep = nil
 	}
-	digest := h.inputs(reg, secretVersion)
-	if err := h.writeRecord(ctx, keep, map[string]*string{ipamv1alpha1.RefusedInputsAnnotation: &digest}); err != nil {
-		return transient(err)
+	_, recorded := h.claim.Annotations[ipamv1alpha1.RegistrationAnnotation]
+	if keep == nil && recorded || keep != nil && !h.recordWritten(keep) {
+		if err := h.writeRecord(ctx, keep, nil); err != nil {
+			return transient(err)
+		}
 	}
+	h.refusals.set(h.claimKey(), h.inputs(reg, secretVersion))
 	if keep == nil {
 		h.forget()
 	}
@@ -49,11 +54,11 @@ func (h *Handler) secretRecheck() time.Duration {
 	return time.Minute
 }
 
-// refusedBefore reports whether the claim was refused for exactly these inputs, its Secret's
-// value (secret: valueKey) among them. The digest is keyed with this process's refusalKey, so
-// after a restart a refused claim is sent once more, then not again until something changes.
+// refusedBefore reports whether this process refused the claim for exactly these inputs,
+// its Secret's value (secret: valueKey) among them. A new process sends a refused claim
+// once more, then not again until something changes.
 func (h *Handler) refusedBefore(reg *record.Registration, secret string) bool {
-	v := h.claim.Annotations[ipamv1alpha1.RefusedInputsAnnotation]
+	v := h.refusals.get(h.claimKey())
 	return v != "" && v == h.inputs(reg, secret)
 }
 
@@ -61,10 +66,9 @@ func (h *Handler) refusedBefore(reg *record.Registration, secret string) bool {
 // the address unless picked), what the Secret said (secret: valueKey), the claim's generation
 // and annotations, its pool and the manager's settings. The request counts itself: a pending
 // record made before a user's change is sent once more, and its refusal must not stand for the
-// changed request. The digest is an HMAC with a key of this process (refusalKey): it goes on
-// the claim, whose readers may not read the Secret, and must not let them test guesses of it.
+// changed request.
 func (h *Handler) inputs(reg *record.Registration, secret string) string {
-	d := hmac.New(sha256.New, h.refusalKey())
+	d := sha256.New()
 	add := func(s string) { d.Write([]byte(s)); d.Write([]byte{0}) }
 	add(reg.Key())
 	add(reg.Secret.String())
@@ -86,7 +90,43 @@ func (h *Handler) inputs(reg *record.Registration, secret string) string {
 	add(h.Config.DefaultEndpoint)
 	add(h.Config.ClusterID)
 	add(h.Config.DefaultSecret.String())
-	return hex.EncodeToString(d.Sum(nil)[:12])
+	return string(d.Sum(nil))
+}
+
+// claimKey is the claim's namespace and name.
+func (h *Handler) claimKey() types.NamespacedName { return client.ObjectKeyFromObject(h.claim) }
+
+// refusals is, by claim, the digest of the inputs of the claim's last refusal (see inputs),
+// held in this process only: it never leaves it (the Secret's value is among the inputs), and
+// costs no write.
+type refusals struct {
+	mu sync.Mutex
+	by map[types.NamespacedName]string
+}
+
+func (r *refusals) set(claim types.NamespacedName, digest string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.by == nil {
+		r.by = map[types.NamespacedName]string{}
+	}
+	r.by[claim] = digest
+}
+
+func (r *refusals) get(claim types.NamespacedName) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.by[claim]
+}
+
+// drop forgets the claim's refusal: a request of it goes out, or it is gone.
+func (r *refusals) drop(claim types.NamespacedName) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.by, claim)
+	if len(r.by) == 0 {
+		r.by = nil // a Go map keeps the room it grew to
+	}
 }
 
 // valueKey identifies what a Secret said when read (it goes on an object only keyed, see

@@ -2,9 +2,7 @@ package claim
 
 import (
 	"context"
-	"crypto/rand"
 	"maps"
-	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -54,19 +52,8 @@ type Reconciler struct {
 
 	// subnets is what this process knows about subnet-mode candidates.
 	subnets subnetState
-	// key keys the digests of refusals (refusalKey).
-	keyOnce sync.Once
-	key     []byte
-}
-
-// refusalKey is the key of the digests of refusals (see inputs): random, made once per
-// process.
-func (r *Reconciler) refusalKey() []byte {
-	r.keyOnce.Do(func() {
-		r.key = make([]byte, 32)
-		_, _ = rand.Read(r.key)
-	})
-	return r.key
+	// refusals is what this process refused, by claim.
+	refusals refusals
 }
 
 // The back-off of a claim that fails: 250 ms, doubling up to backoffMax.
@@ -264,7 +251,6 @@ func claimChanged() predicate.Predicate {
 func userAnnotations(o client.Object) map[string]string {
 	m := maps.Clone(o.GetAnnotations())
 	delete(m, ipamv1alpha1.RegistrationAnnotation)
-	delete(m, ipamv1alpha1.RefusedInputsAnnotation)
 	return m
 }
 
