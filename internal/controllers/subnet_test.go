@@ -223,6 +223,30 @@ func TestSubnetOutsideTheZoneMakesThePoolNotReady(t *testing.T) {
 	g.Expect(pool.GetAnnotations()).NotTo(HaveKey(ipamv1alpha1.SubnetProbeAnnotation))
 }
 
+// A subnet-mode pool whose Secret is being deleted registers nothing under it: its
+// subnet check waits, as a claim would, since the Secret protector lets such a Secret go
+// (only records hold it), and a check registered under it then could never be given
+// back, nor the pool deleted. The zone's check (a release) still runs; the pool goes.
+func TestASubnetCheckRegistersNothingUnderASecretBeingDeleted(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "doomed", Finalizers: []string{"test.vitistack.io/hold"}},
+		Data: map[string][]byte{"secret": []byte("doomed-secret-value-1")}}
+	g.Expect(env.Client.Create(ctx, sec)).To(Succeed())
+	g.Expect(env.Client.Delete(ctx, sec)).To(Succeed())
+	spec := subnetPool("hnet-private", ipamv1alpha1.IPv4, "10.71.0.0/29", "10.71.0.1")
+	spec.SecretRef = &ipamv1alpha1.SecretReference{Name: "doomed"}
+	pool := newPool(t, ns.Name, "doomed", spec)
+	// The reconcile that checked the zone would have checked the subnet too.
+	poolReady(t, pool, metav1.ConditionTrue, "Ready", "accepts zone hnet-private")
+	g.Expect(holdersOf("10.71.0.0/32")).To(BeEmpty(), "the subnet check registered under a Secret being deleted")
+	g.Expect(pool.GetAnnotations()).NotTo(HaveKey(ipamv1alpha1.SubnetProbeAnnotation))
+	deleteAndWait(t, pool)
+	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(sec), sec)).To(Succeed())
+	sec.Finalizers = nil
+	g.Expect(env.Client.Update(ctx, sec)).To(Succeed())
+}
+
 // A subnet check cut short (the manager gone between registering the subnet's first
 // address and releasing it) is finished by the next reconcile of the pool: the record
 // on the pool names what to release, with the identity it was registered under.

@@ -251,6 +251,40 @@ func rotationLeftAnIntent(t *testing.T) *world {
 	return w
 }
 
+// TestANewManagerSettlesNoRotationWhileAnEarlierReleaseMayLand: a claim whose rotation is
+// still an intent is deleted, and the manager restarts. Settling the rotation asks the
+// IPAM-API who owns the address with a registration; the manager before may have sent the
+// claim's release, its answer lost, and that registration, carried out before the late
+// release, would be freed by it, or, after it, hold the address again. So the new manager
+// sends nothing for the claim, not even the settling, until such a release can no longer
+// be carried out; then it settles and releases, and nothing is left held.
+func TestANewManagerSettlesNoRotationWhileAnEarlierReleaseMayLand(t *testing.T) {
+	w, _ := boundUnder(t, "r", "routed", "old")
+	w.cfg.QuarantineTime = 2 * time.Second // long enough to look at the wait
+	w.start()
+	// The Secret new protected (another claim is bound under it), and r's rotation to it
+	// an intent, as a manager that wrote it and died leaves it.
+	w.create(claimObj("x", "routed", map[string]string{ipamv1alpha1.SecretAnnotation: "new"}))
+	w.settle()
+	c := w.get(claimObj("r", "", nil)).(*ipamv1.IPAddressClaim)
+	rec, err := record.OnClaim(c.Annotations)
+	must(t, err)
+	rec.RotatingTo = record.ObjectRef{Namespace: "apps", Name: "new", Key: record.DefaultSecretKey}
+	rec.SetOn(c)
+	must(t, w.direct.Update(w.ctx, c))
+	w.deleteClaims("r", "x")
+	w.start() // a new manager, which did not see the claims live
+	sent := w.api.Stats().Total(sim.RouteRegister) + w.api.Stats().Total(sim.RouteRelease)
+	w.run(2)
+	if n := w.api.Stats().Total(sim.RouteRegister) + w.api.Stats().Total(sim.RouteRelease) - sent; n != 0 {
+		t.Errorf("%d requests went out for the deleted claims while a release the manager before may have sent can still land", n)
+	}
+	w.settle()
+	w.gone(t, "r")
+	w.gone(t, "x")
+	w.check()
+}
+
 // TestASecretBeingLetGoIsNotRegisteredUnder: the Secret protector lets a Secret go in two
 // phases (it marks it, looks for records once more, uncached, then takes its protection
 // off). A claim that reads the mark registers nothing under the Secret, even though its

@@ -45,6 +45,12 @@ func (h *Handler) release(ctx context.Context) outcome {
 		h.forget()
 		return outcome{}
 	}
+	// Nothing goes out, not even a rotation's settling (a registration), while a release an
+	// earlier process may have sent can still be carried out (see below).
+	if left := h.InFlight.MayStillBeReleasing(h.claim.UID); left > 0 {
+		return releaseWaits(fmt.Sprintf("a release an earlier manager may have sent may still be carried out in the IPAM-API; "+
+			"releasing after %s", h.after(left)), left)
+	}
 	if cur, _ := record.OnClaim(h.claim.Annotations); cur != nil && reg.Phase == record.PhaseRegistered {
 		if err := h.settleRotation(ctx, reg, cur.RotatingTo, true); err != nil {
 			return releaseFailed(err.Error())

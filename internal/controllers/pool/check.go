@@ -24,6 +24,8 @@ type target struct {
 	reg    record.Registration
 	api    ipamapi.Client
 	secret ipamapi.Secret
+	// ready: the Secret was protected with this value when read (see registrar.Secret.Ready).
+	ready bool
 }
 
 // target resolves what the pool's checks need, or says why it cannot (a check).
@@ -54,7 +56,7 @@ func (r *Reconciler) target(ctx context.Context, pool ipamv1alpha1.Pool) (*targe
 		}
 		return nil, &check{ipamv1alpha1.PoolReadyIPAMAPIUnreachableReason, err.Error()}
 	}
-	return &target{reg: *reg, api: api, secret: sec.Value}, nil
+	return &target{reg: *reg, api: api, secret: sec.Value, ready: sec.Ready()}, nil
 }
 
 // check asks the IPAM-API whether it accepts the pool's zone, family and secret, with

@@ -197,6 +197,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	return ctrl.Result{RequeueAfter: max(p.next-r.Config.Ticks().Since(p.at), time.Second)}, nil
 }
 
+// subnetCheckSoon is when a subnet check put off for its CA bundle's or Secret's
+// protection (a moment after the pool appears) is tried again.
+const subnetCheckSoon = 2 * time.Second
+
 // readiness returns the pool's last readiness check, checking again when the pool
 // changed or the last check is due.
 func (r *Reconciler) readiness(ctx context.Context, key types.NamespacedName, pool ipamv1alpha1.Pool) probe {
@@ -211,7 +215,7 @@ func (r *Reconciler) readiness(ctx context.Context, key types.NamespacedName, po
 		interval = 5 * time.Minute
 	}
 	res, t := r.check(ctx, pool)
-	checked, at, outside := false, time.Time{}, (*check)(nil)
+	checked, soon, at, outside := false, false, time.Time{}, (*check)(nil)
 	if ok && last.uid == pool.GetUID() && last.generation == pool.GetGeneration() &&
 		(last.subnetOutside == nil || r.Config.Ticks().Since(last.subnetAt) < interval) {
 		checked, at, outside = last.subnetChecked, last.subnetAt, last.subnetOutside
@@ -222,7 +226,7 @@ func (r *Reconciler) readiness(ctx context.Context, key types.NamespacedName, po
 		checked = checked || (pool.PoolStatus().ObservedGeneration == pool.GetGeneration() &&
 			meta.IsStatusConditionTrue(pool.PoolStatus().Conditions, ipamv1alpha1.PoolReadyCondition))
 		if !checked {
-			outside, checked = r.checkSubnet(ctx, pool, t)
+			outside, checked, soon = r.checkSubnet(ctx, pool, t)
 			at = r.Config.Ticks().Now()
 		}
 		if outside != nil {
@@ -230,7 +234,10 @@ func (r *Reconciler) readiness(ctx context.Context, key types.NamespacedName, po
 		}
 	}
 	next := interval
-	if res.reason != ipamv1alpha1.PoolReadyReason {
+	switch {
+	case soon:
+		next = min(interval, subnetCheckSoon) // the subnet check waits for a protection, a moment away
+	case res.reason != ipamv1alpha1.PoolReadyReason:
 		next = min(interval, time.Minute) // a broken pool is checked again sooner; a fix to the pool triggers at once
 	}
 	p := probe{uid: pool.GetUID(), generation: pool.GetGeneration(), at: r.Config.Ticks().Now(), next: next, result: res, subnetChecked: checked, subnetAt: at, subnetOutside: outside}

@@ -24,32 +24,55 @@ const subnetProbeServiceName = "vitistack-ipam-subnet-probe"
 
 // checkSubnet asks the IPAM-API whether a subnet-mode pool's subnet lies in its zone,
 // and returns a SubnetOutsideZone check when it does not (nil: inside, or no answer
-// either way; checked is false for the latter). Only a registration checks an address against
-// a zone, so it registers the subnet's first address (which subnet mode never hands
-// out) under the pool's probe identity and releases it at once, recording it on the
-// pool in between. It runs after the pool's readiness check passed.
-func (r *Reconciler) checkSubnet(ctx context.Context, pool ipamv1alpha1.Pool, t *target) (outside *check, checked bool) {
+// either way; checked is false for the latter, and soon too when the answer only waits
+// for the pool's CA bundle or Secret to be protected). Only a registration checks an
+// address against a zone, so it registers the subnet's first address (which subnet mode
+// never hands out) under the pool's probe identity and releases it at once, recording
+// it on the pool in between. It runs after the pool's readiness check passed.
+//
+// The registration goes under the Secret as a claim's does: the record first, then a
+// last, uncached read of the Secret, which must be protected with this value, and not
+// being deleted or let go. The Secret protector lets go in two phases (it marks the
+// Secret, then looks for records uncached): either this read sees the mark, or the
+// protector sees the record. Otherwise the protector could let the Secret go while the
+// check registers under it, and its address could never be given back, nor the pool
+// deleted.
+func (r *Reconciler) checkSubnet(ctx context.Context, pool ipamv1alpha1.Pool, t *target) (outside *check, checked, soon bool) {
 	if t == nil {
-		return nil, false
+		return nil, false, false
 	}
 	reg, api, secret := &t.reg, t.api, t.secret
 	spec := pool.PoolSpec()
 	prefix, err := netip.ParsePrefix(spec.Subnet)
 	if err != nil {
-		return nil, false // refused at admission
+		return nil, false, false // refused at admission
 	}
 	probe := *reg
 	probe.Address = netip.PrefixFrom(prefix.Masked().Addr(), prefix.Addr().BitLen()).String()
 	probe.Identity.ServiceName, probe.Identity.NamespaceID = subnetProbeServiceName, string(pool.GetUID())
 	probe.RetentionPeriodDays, probe.Attempt = 0, r.InFlight.AttemptTime()
 	if _, err := r.APIToRegister(ctx, &probe); err != nil {
-		// Its CA bundle is not protected yet (a moment after the pool appears): checked later.
+		// Its CA bundle is not protected yet (a moment after the pool appears): checked soon.
 		ctrl.LoggerFrom(ctx).V(1).Info("Not checking the pool's subnet against its zone yet", "reason", err.Error())
-		return nil, false
+		return nil, false, true
+	}
+	if !t.ready {
+		// Not protected with this value yet (a moment after the pool appears), or being
+		// deleted or let go: nothing is registered under it.
+		ctrl.LoggerFrom(ctx).V(1).Info("Not checking the pool's subnet against its zone yet: its Secret is not protected", "secret", reg.Secret.String())
+		return nil, false, true
 	}
 	if err := r.setProbe(ctx, pool, &probe); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Not checking the pool's subnet against its zone")
-		return nil, false
+		return nil, false, false
+	}
+	if sec, err := r.Secrets.Get(ctx, reg.Secret, false); err != nil || !sec.Ready() || sec.Value != secret {
+		// The protector is letting it go (or the value changed): take the record off, unsent.
+		ctrl.LoggerFrom(ctx).V(1).Info("Not checking the pool's subnet against its zone: its Secret is being let go", "secret", reg.Secret.String())
+		if err := r.setProbe(ctx, pool, nil); err != nil {
+			ctrl.LoggerFrom(ctx).Error(err, "Taking the record of the pool's subnet check off")
+		}
+		return nil, false, true
 	}
 	_, err = r.InFlight.Register(ipamapi.WithOperation(ctx, ipamapi.OpProbe), api, pool.GetUID(), &probe, probe.Request(secret))
 	class := ipamapi.ClassOf(err)
@@ -58,16 +81,16 @@ func (r *Reconciler) checkSubnet(ctx context.Context, pool ipamv1alpha1.Pool, t 
 		if wait, err := r.releaseProbe(ctx, pool, api, &probe, secret); err != nil || wait > 0 {
 			// The record stays on the pool: its next reconcile gives the address back.
 			ctrl.LoggerFrom(ctx).Info("The address of the pool's subnet check is given back later", "address", probe.Address, "reason", err, "after", wait)
-			return nil, false
+			return nil, false, false
 		}
 	} else if err := r.setProbe(ctx, pool, nil); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Taking the record of the pool's subnet check off")
 	}
 	if class != ipamapi.ClassNotInZone {
-		return nil, err == nil || class == ipamapi.ClassWrongSecret
+		return nil, err == nil || class == ipamapi.ClassWrongSecret, false
 	}
 	return &check{ipamv1alpha1.PoolReadySubnetOutsideZoneReason, fmt.Sprintf("subnet %s lies outside zone %s: the IPAM-API at %s "+
-		"refuses its address %s as not valid for the zone (%v); fix spec.subnet or spec.zone", spec.Subnet, spec.Zone, reg.Endpoint, probe.Address, err)}, true
+		"refuses its address %s as not valid for the zone (%v); fix spec.subnet or spec.zone", spec.Subnet, spec.Zone, reg.Endpoint, probe.Address, err)}, true, false
 }
 
 // probeRecord is what SubnetProbeAnnotation holds: the address and the identity it was
