@@ -270,7 +270,7 @@ func (h *Handler) writePending(ctx context.Context, reg *record.Registration, se
 		// Each request goes out under an attempt time of its own, recorded first; a refusal
 		// noted before is for other inputs.
 		reg.Attempt, written = h.InFlight.AttemptTime(), false
-		h.refusals.drop(h.claimKey())
+		h.refusals.Delete(h.claimKey())
 	}
 	// The Secret protector lets a Secret go only after a last, uncached look for records
 	// (two-phase: see SecretLettingGoAnnotation): a record that names the Secret for the
@@ -299,7 +299,7 @@ func (h *Handler) writePending(ctx context.Context, reg *record.Registration, se
 }
 
 // recordWritten reports whether the claim already has this very record, with its
-// finalizer and without a refusal: then nothing is written.
+// finalizer: then nothing is written.
 func (h *Handler) recordWritten(reg *record.Registration) bool {
 	if !controllerutil.ContainsFinalizer(h.written, ipamutil.ReleaseAddressFinalizer) {
 		return false

@@ -6,7 +6,6 @@ import (
 	"maps"
 	"slices"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/pkg/errors"
@@ -33,7 +32,7 @@ func (h *Handler) refuse(ctx context.Context, o outcome, secretVersion string, r
 			return transient(err)
 		}
 	}
-	h.refusals.set(h.claimKey(), h.inputs(reg, secretVersion))
+	h.refusals.Store(h.claimKey(), h.inputs(reg, secretVersion))
 	if keep == nil {
 		h.forget()
 	}
@@ -58,8 +57,8 @@ func (h *Handler) secretRecheck() time.Duration {
 // its Secret's value (secret: valueKey) among them. A new process sends a refused claim
 // once more, then not again until something changes.
 func (h *Handler) refusedBefore(reg *record.Registration, secret string) bool {
-	v := h.refusals.get(h.claimKey())
-	return v != "" && v == h.inputs(reg, secret)
+	v, ok := h.refusals.Load(h.claimKey())
+	return ok && v == h.inputs(reg, secret)
 }
 
 // inputs is a digest of what a refusal depends on: the refused request (identity, Secret, and
@@ -96,40 +95,7 @@ func (h *Handler) inputs(reg *record.Registration, secret string) string {
 // claimKey is the claim's namespace and name.
 func (h *Handler) claimKey() types.NamespacedName { return client.ObjectKeyFromObject(h.claim) }
 
-// refusals is, by claim, the digest of the inputs of the claim's last refusal (see inputs),
-// held in this process only: it never leaves it (the Secret's value is among the inputs), and
-// costs no write.
-type refusals struct {
-	mu sync.Mutex
-	by map[types.NamespacedName]string
-}
-
-func (r *refusals) set(claim types.NamespacedName, digest string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.by == nil {
-		r.by = map[types.NamespacedName]string{}
-	}
-	r.by[claim] = digest
-}
-
-func (r *refusals) get(claim types.NamespacedName) string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.by[claim]
-}
-
-// drop forgets the claim's refusal: a request of it goes out, or it is gone.
-func (r *refusals) drop(claim types.NamespacedName) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	delete(r.by, claim)
-	if len(r.by) == 0 {
-		r.by = nil // a Go map keeps the room it grew to
-	}
-}
-
-// valueKey identifies what a Secret said when read (it goes on an object only keyed, see
+// valueKey identifies what a Secret said when read (it is kept only inside a digest, see
 // inputs): its value, or why there was none; the provider's own finalizer and fingerprint do
 // not change it.
 func valueKey(ref record.ObjectRef, sec *registrar.Secret, err error) string {

@@ -46,7 +46,9 @@ func (h *Handler) release(ctx context.Context) outcome {
 		return outcome{}
 	}
 	// Nothing goes out, not even a rotation's settling (a registration), while a release an
-	// earlier process may have sent can still be carried out (see below).
+	// earlier process may have sent, its answer lost, can still be carried out: carried out
+	// after the claim is gone, it would free the address of a claim of the same identity
+	// made since.
 	if left := h.InFlight.MayStillBeReleasing(h.claim.UID); left > 0 {
 		return releaseWaits(fmt.Sprintf("a release an earlier manager may have sent may still be carried out in the IPAM-API; "+
 			"releasing after %s", h.after(left)), left)
@@ -87,13 +89,11 @@ func (h *Handler) release(ctx context.Context) outcome {
 	}
 	// Once the request recorded has certainly ended (see InFlight.Wait): a pending one, one
 	// sent to learn the address (below), or a bound claim's later request that its IPAddress
-	// does not show answered (without the IPAddress, nothing shows which was); and a release
-	// an earlier process may have sent, its answer lost: carried out after the claim is gone,
-	// it would free the address of a claim of the same identity made since.
-	left := h.InFlight.MayStillBeReleasing(h.claim.UID)
+	// does not show answered (without the IPAddress, nothing shows which was).
+	left := time.Duration(0)
 	if onAddress {
 		cur, _ := record.OnClaim(h.claim.Annotations)
-		left = max(left, h.unanswered(cur, reg))
+		left = h.unanswered(cur, reg)
 	}
 	left = max(left, h.InFlight.Wait(h.claim.UID, reg, reg.Phase != record.PhaseRegistered || reg.Address == "" || !onAddress))
 	if left > 0 {

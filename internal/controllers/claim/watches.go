@@ -3,6 +3,7 @@ package claim
 import (
 	"context"
 	"maps"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -52,8 +53,11 @@ type Reconciler struct {
 
 	// subnets is what this process knows about subnet-mode candidates.
 	subnets subnetState
-	// refusals is what this process refused, by claim.
-	refusals refusals
+	// refusals is, by claim (types.NamespacedName), the digest of the inputs of the claim's
+	// last refusal (see inputs; a string), held in this process only: it never leaves it
+	// (the Secret's value is among the inputs), and costs no write. Dropped when a request
+	// of the claim goes out, or the claim is gone.
+	refusals sync.Map
 }
 
 // The back-off of a claim that fails: 250 ms, doubling up to backoffMax.
