@@ -196,9 +196,16 @@ func uidOf(t *testing.T, name string) string {
 	return string(ns.UID)
 }
 
+// deleteAndWait deletes obj and waits until it is gone.
+//
+// A pool's delete is refused (403) while the webhook's cache still lists a claim of it
+// that was deleted a moment ago, or while its subnet check's address is being released;
+// the refusal says to try again, so the delete is tried again until it is accepted.
 func deleteAndWait(t *testing.T, obj client.Object) {
 	t.Helper()
-	NewWithT(t).Expect(client.IgnoreNotFound(env.Client.Delete(ctx, obj))).To(Succeed())
+	NewWithT(t).Eventually(func() error {
+		return client.IgnoreNotFound(env.Client.Delete(ctx, obj))
+	}, eventually, poll).Should(Succeed(), "deleting %s", obj.GetName())
 	waitGone(t, obj)
 }
 
