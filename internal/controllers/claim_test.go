@@ -52,7 +52,7 @@ func TestClaimGetsAddressWithMetadata(t *testing.T) {
 	g.Expect(addr.Annotations).To(HaveKeyWithValue("ipam.vitistack.io/registered-retention-period-days", "0"))
 	g.Expect(addr.Annotations).To(HaveKeyWithValue("ipam.vitistack.io/registered-deny-external-cleanup", "false"))
 	g.Expect(addr.Annotations).To(HaveKeyWithValue("ipam.vitistack.io/registered-address", ip.String()+"/32"))
-	g.Expect(addr.Finalizers).To(BeEmpty(), "the claim's record holds the address, not a finalizer on the IPAddress")
+	g.Expect(addr.Finalizers).To(ConsistOf("ipam.cluster.x-k8s.io/ProtectAddress"), "ipamutil's loop protects the IPAddress until its claim goes")
 
 	// Owner references: the claim controls the address; the pool owns it too.
 	var kinds []string

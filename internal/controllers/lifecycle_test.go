@@ -235,18 +235,30 @@ func TestSimultaneousDuplicateIdentityRegistersOnce(t *testing.T) {
 	}, 2*time.Second, 100*time.Millisecond).Should(Succeed())
 }
 
-// An IPAddress carries no finalizer of its own: deleted by hand while the provider runs,
-// it is made again at once with the same address, still registered once.
-func TestIPAddressDeletedByHandComesBackAtOnce(t *testing.T) {
+// An IPAddress deleted by hand while its claim lives stays, as in every provider on
+// ipamutil: the claim keeps its address, registered once, until the claim goes.
+func TestAnIPAddressDeletedByHandStaysUntilItsClaimGoes(t *testing.T) {
 	g := NewWithT(t)
 	ns, claim, addr := boundRoutedClaim(t, "by-hand")
-	g.Expect(addr.Finalizers).To(BeEmpty())
-
 	g.Expect(env.Client.Delete(ctx, addr)).To(Succeed())
-	comesBack(t, addr)
+	// ipamutil's loop sees it being deleted (its ProtectAddress finalizer holds it), and
+	// says so; the claim stays bound to it, the address held once.
+	g.Eventually(func() string { return managerLines("by-hand") }, eventually, poll).Should(
+		ContainSubstring("deletion is prevented until the claim is deleted as well"))
+	kept := &ipamv1.IPAddress{}
+	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(addr), kept)).To(Succeed())
+	g.Expect(kept.DeletionTimestamp.IsZero()).To(BeFalse())
+	g.Expect(kept.Spec.Address).To(Equal(addr.Spec.Address))
 	readyCondition(t, claim, metav1.ConditionTrue, "Allocated")
 	me := identity(t, ns, "by-hand")
 	g.Expect(env.Sim.HeldBy(me)).To(HaveLen(1))
+
+	// The claim goes: the address is released, and the IPAddress goes with it.
+	deleteAndWait(t, claim)
+	waitGone(t, addr)
+	regs := env.Sim.HeldBy(me)
+	g.Expect(regs).To(HaveLen(1))
+	g.Expect(regs[0].Holders[0].ExpiresAt).NotTo(BeNil(), "the registration was released")
 }
 
 // An IPAddress written by an earlier version carries ipamutil's ProtectAddress

@@ -8,7 +8,6 @@ import (
 	"github.com/pkg/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	toolscache "k8s.io/client-go/tools/cache"
-	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -53,9 +52,6 @@ const (
 	// ClaimSubnetOutsideZone indexes IPAddressClaims that found their pool's subnet
 	// outside its zone, by PoolRefValue: the pool is not Ready while any exists.
 	ClaimSubnetOutsideZone = "vitistack.subnetOutsideZone"
-	// ClaimClusterName indexes IPAddressClaims by their Cluster (spec.clusterName, else
-	// the cluster-name label), as ipamutil does: an unpaused Cluster wakes its claims.
-	ClaimClusterName = "clusterName"
 )
 
 // ListByRegistration lists into list (an IPAddressClaimList or IPAddressList) the
@@ -190,16 +186,6 @@ func readyReason(c *ipamv1.IPAddressClaim) string {
 }
 
 var indexers = []indexer{
-	{&ipamv1.IPAddressClaim{}, ClaimClusterName, "IPAddressClaims by cluster", func(o client.Object) []string {
-		c := o.(*ipamv1.IPAddressClaim)
-		if c.Spec.ClusterName != "" {
-			return []string{c.Spec.ClusterName}
-		}
-		if v := c.Labels[clusterv1.ClusterNameLabel]; v != "" {
-			return []string{v}
-		}
-		return nil
-	}, false},
 	{&ipamv1.IPAddressClaim{}, ClaimPoolRef, "IPAddressClaims by pool", func(o client.Object) []string {
 		return poolRefValues(o.(*ipamv1.IPAddressClaim).Spec.PoolRef)
 	}, false},

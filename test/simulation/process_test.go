@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
+	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -270,8 +271,19 @@ func (p *process) client() client.Client {
 	}
 	return interceptor.NewClient(c.direct, interceptor.Funcs{
 		Get: func(ctx context.Context, cl client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-			return read(ctx, "get "+kindOf(c, obj)+" "+key.String(), obj,
-				func() error { return p.store.Get(ctx, key, obj) }, func() error { return cl.Get(ctx, key, obj, opts...) })
+			what := "get " + kindOf(c, obj) + " " + key.String()
+			return read(ctx, what, obj, func() error {
+				err := p.store.Get(ctx, key, obj)
+				if _, addr := obj.(*ipamv1.IPAddress); addr && apierrors.IsNotFound(err) {
+					// ipamutil's claim loop polls the cache for the IPAddress it created, on
+					// the host's clock: a miss parks the task, so that the scheduler can
+					// deliver the event it waits for.
+					if f := p.w.s.yield(point{kind: pointRead, what: "cache miss, " + what}); f == faultDied {
+						return errDied
+					}
+				}
+				return err
+			}, func() error { return cl.Get(ctx, key, obj, opts...) })
 		},
 		List: func(ctx context.Context, cl client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
 			return read(ctx, "list "+kindOf(c, list), list,

@@ -49,10 +49,13 @@ func TestMain(m *testing.M) {
 const claimsPerPool = 60
 
 // TestWriteBudget binds a burst of claims in a routed and a subnet-mode pool and counts
-// every write the API server served meanwhile: per claim one patch with the finalizer
-// and the pending record, an IPAddress and one status patch (three writes; the budget
-// is four) in one reconcile; no event; pool status about one patch a second per pool. Then it restarts the provider, waits until every
-// claim was reconciled again, and counts nothing written and nothing registered.
+// every write the API server served meanwhile. Per claim made without the release
+// finalizer (as Cluster API's infrastructure providers make them), ipamutil's loop writes
+// the finalizer in a reconcile of its own; then one reconcile writes the pending record,
+// the IPAddress, and Cluster API's patch helper writes the Ready condition and the
+// addressRef in two status patches: five writes. No event; pool status about one patch a
+// second per pool. Then it restarts the provider, waits until every claim was reconciled
+// again, and counts nothing written and nothing registered.
 func TestWriteBudget(t *testing.T) {
 	g := NewWithT(t)
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "budget-"}}
@@ -103,9 +106,9 @@ func TestWriteBudget(t *testing.T) {
 	t.Logf("%d claims bound in %s: %.2f writes a claim, %g pool status patches; all writes:\n%s",
 		int(n), burst.Round(time.Millisecond), claimWrites/n, poolPatches, writes)
 	budget := apicount.Counts{
-		{Verb: "PATCH", Resource: "ipaddressclaims"}:        n, // the finalizer with the pending record
+		{Verb: "PATCH", Resource: "ipaddressclaims"}:        2 * n, // ipamutil's finalizer; the pending record
 		{Verb: "POST", Resource: "ipaddresses"}:             n,
-		{Verb: "PATCH", Resource: "ipaddressclaims/status"}: n, // addressRef and Ready together
+		{Verb: "PATCH", Resource: "ipaddressclaims/status"}: 2 * n, // the patch helper's conditions, then addressRef
 		// Coalesced: about one reconcile a second per pool, a status and a conditions
 		// patch each (the subnet pool's Exhausted message counts addresses).
 		{Verb: "PATCH", Resource: "vitistackippools/status"}: 2 * 2 * (burst.Seconds() + 3),
@@ -113,13 +116,13 @@ func TestWriteBudget(t *testing.T) {
 	for k, v := range writes {
 		g.Expect(v).To(BeNumerically("<=", budget[k]), "%s: %g writes for %d claims, budget %g", k, v, int(n), budget[k])
 	}
-	g.Expect(claimWrites).To(BeNumerically("<=", 3*n), "writes per claim over budget:\n%s", writes)
-	// One reconcile binds a claim: neither its finalizer nor its IPAddress, both its own
-	// reconcile's writes, brings it back (a few more come from a subnet pick that met
-	// another claim's, or a read of the cache that lagged).
+	g.Expect(claimWrites).To(BeNumerically("<=", 5*n), "writes per claim over budget:\n%s", writes)
+	// Two reconciles bind a claim: ipamutil's finalizer brings it back once, its IPAddress
+	// and its status do not (a few more come from a subnet pick that met another claim's,
+	// or a read of the cache that lagged).
 	claimReconciles := reconciles("ipaddressclaim") - reconciledBefore
 	t.Logf("%.2f reconciles a claim", claimReconciles/n)
-	g.Expect(claimReconciles).To(BeNumerically("<=", 1.25*n), "reconciles of the claims while binding")
+	g.Expect(claimReconciles).To(BeNumerically("<=", 2.25*n), "reconciles of the claims while binding")
 	// One uncached read of the owning Secret per reconcile that may send (none is kept
 	// for the next claim: it may be let go, deleted or changed a moment later), and one
 	// more after a claim's first record names it, which confirms that the protector is not
@@ -143,7 +146,7 @@ func TestWriteBudget(t *testing.T) {
 	g.Expect(env.Sim.Stats().Total(sim.RouteRegister)-simBefore.Total(sim.RouteRegister)).To(BeZero(), "IPAM-API registrations for bound claims")
 
 	// Deleting them all: one release each, never two, and per claim the IPAddress's
-	// finalizer, the IPAddress and the claim's finalizer; no event.
+	// ProtectAddress finalizer, the IPAddress and the claim's finalizer; no event.
 	before, err = apicount.Read(ctx, env.Config)
 	g.Expect(err).NotTo(HaveOccurred())
 	simBefore = env.Sim.Stats()
@@ -169,6 +172,7 @@ func TestWriteBudget(t *testing.T) {
 	t.Logf("%d claims deleted: writes\n%s", total, writes)
 	g.Expect(env.Sim.Stats().Total(sim.RouteRelease)-simBefore.Total(sim.RouteRelease)).To(Equal(total), "IPAM-API releases")
 	budget = apicount.Counts{
+		{Verb: "PATCH", Resource: "ipaddresses"}:             float64(total), // ipamutil's ProtectAddress finalizer
 		{Verb: "DELETE", Resource: "ipaddresses"}:            float64(total),
 		{Verb: "PATCH", Resource: "ipaddressclaims"}:         float64(total), // the finalizer with the record
 		{Verb: "PATCH", Resource: "secrets"}:                 2,              // the default secret let go (again after a conflict)
@@ -211,7 +215,8 @@ func TestARetryRecordsItsRequest(t *testing.T) {
 	writes := providerWrites(after.Since(before))
 	t.Logf("%d claims, %d registrations answered 503 first: writes\n%s", n, n, writes)
 	g.Expect(env.Sim.Stats().Total(sim.RouteRegister)-simBefore.Total(sim.RouteRegister)).To(Equal(2*n), "each claim sent twice")
-	g.Expect(writes.Get("PATCH", "ipaddressclaims")).To(BeNumerically("<=", 2*n), "more than one claim patch per request")
+	// ipamutil's finalizer, then one claim patch per request.
+	g.Expect(writes.Get("PATCH", "ipaddressclaims")).To(BeNumerically("<=", 3*n), "more than one claim patch per request")
 	g.Expect(writes.Get("POST", "ipaddresses")).To(BeNumerically("==", n))
 }
 
@@ -397,6 +402,9 @@ func burstUnderANewSecret(t *testing.T, byPool bool) {
 	reconciled := readers() - reconciledBefore
 	t.Logf("%g uncached Secret reads in %g reconciles", reads, reconciled)
 	g.Expect(reads).To(BeNumerically("<=", reconciled+n+2), "uncached Secret reads: more than one a reconcile and one a claim")
-	// Waiting for the Secret is not an error: nothing in the log or the error metric.
-	g.Expect(counter("controller_runtime_reconcile_errors_total", "ipaddressclaim")-errorsBefore).To(BeZero(), "claim reconcile errors")
+	// Waiting for the Secret ends a reconcile with an error, for ipamutil's loop would
+	// create the IPAddress otherwise (controller-runtime counts it in its error metric),
+	// but the log says Waiting, not "Reconciler error".
+	t.Logf("%g reconciles ended in a wait", counter("controller_runtime_reconcile_errors_total", "ipaddressclaim")-errorsBefore)
+	g.Expect(env.Logs.String()).NotTo(MatchRegexp(`"msg"="Reconciler error".*waiting for Secret `+ns.Name+"/fresh"), "a wait logged as an error")
 }

@@ -87,9 +87,11 @@ func (h *Handler) ignored(done outcome, rec *record.Registration) outcome {
 // IPAM-API is asked again only to finish a recorded rotation or to carry the claim's changed
 // secret, retention or cleanup, always with the bound address. Nothing changed: no call, no write.
 func (h *Handler) bound(ctx context.Context, address *ipamv1.IPAddress) outcome {
-	if !metav1.IsControlledBy(address, h.claim) || !address.DeletionTimestamp.IsZero() {
+	// One being deleted stays bound: ipamutil's ProtectAddress finalizer keeps it until the
+	// claim goes.
+	if !metav1.IsControlledBy(address, h.claim) {
 		return failed(ipamv1.IPAddressClaimReadyAllocationFailedReason, fmt.Sprintf("IPAddress %s/%s exists but does not belong to this "+
-			"claim (or is being deleted); it is waited for", address.Namespace, address.Name))
+			"claim; it is waited for", address.Namespace, address.Name))
 	}
 	rec, err := record.OnAddress(address.Labels, address.Annotations)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -39,6 +40,7 @@ func TestClaimBeforeItsPoolIsCached(t *testing.T) {
 
 	// No pool at all: Ready=False PoolNotReady naming it, one Warning.
 	w.create(claimObj("missing", "nowhere", nil))
+	w.admit("missing")
 	if _, err := w.claims.Reconcile(w.ctx, ctrl.Request{NamespacedName: client.ObjectKey{Namespace: "apps", Name: "missing"}}); err != nil {
 		t.Fatalf("a claim of a missing pool waits for the pool's watch event, but failed: %v", err)
 	}
@@ -54,15 +56,15 @@ func TestClaimBeforeItsPoolIsCached(t *testing.T) {
 	w.create(&ipamv1alpha1.VitistackIPPool{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "pool"},
 		Spec: ipamv1alpha1.VitistackIPPoolSpec{Zone: "inet", IPFamily: ipamv1alpha1.IPv4}})
 	w.create(claimObj("early", "pool", nil))
+	w.admit("early")
 	before := w.writes
-	res, err := w.claims.Reconcile(w.ctx, ctrl.Request{NamespacedName: client.ObjectKey{Namespace: "apps", Name: "early"}})
-	if err != nil || res.RequeueAfter <= 0 {
-		t.Fatalf("a claim whose pool is not cached yet: result %+v, error %v; want a requeue and no error", res, err)
+	wait, err := waitOf(w.claims.Reconcile(w.ctx, ctrl.Request{NamespacedName: client.ObjectKey{Namespace: "apps", Name: "early"}}))
+	if err != nil || wait <= 0 {
+		t.Fatalf("a claim whose pool is not cached yet: wait %v, error %v; want a wait", wait, err)
 	}
 	got := w.get(claimObj("early", "", nil)).(*ipamv1.IPAddressClaim)
-	if w.writes != before || len(got.Finalizers) != 0 || len(got.Status.Conditions) != 0 {
-		t.Fatalf("a claim whose pool is not cached yet was written (%d writes): finalizers %v, conditions %+v",
-			w.writes-before, got.Finalizers, got.Status.Conditions)
+	if w.writes != before || len(got.Status.Conditions) != 0 {
+		t.Fatalf("a claim whose pool is not cached yet was written (%d writes): conditions %+v", w.writes-before, got.Status.Conditions)
 	}
 	if ev := w.drainEvents(); len(ev) != 0 {
 		t.Fatalf("a claim whose pool is not cached yet got events %q", ev)
@@ -81,9 +83,11 @@ func TestClaimBeforeItsPoolIsCached(t *testing.T) {
 	w.check()
 }
 
-// A Cluster's unpause brings all its claims to the controller, other providers' too. Those
-// are not this provider's: nothing is written on them (no finalizer this provider would
-// never take off), no condition, no event, no error.
+// A Cluster's unpause brings all its claims to the controller, other providers' too (as
+// ipamutil's loop does for every provider on it). Those are not this provider's: ipamutil's
+// loop gives them the release finalizer, as their own provider on ipamutil does; then
+// nothing more is written, no condition, no event, no error, and a deleted one is not
+// released.
 func TestAClaimOfAnotherProvidersPoolIsLeftAlone(t *testing.T) {
 	w := newWorld(t)
 	w.create(&clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "c1"}})
@@ -93,12 +97,25 @@ func TestAClaimOfAnotherProvidersPoolIsLeftAlone(t *testing.T) {
 			APIGroup: "ipam.cluster.x-k8s.io", Kind: "InClusterIPPool", Name: "nodes"}},
 	}
 	w.create(other)
+	w.admit(other.Name)
 	before := w.writes
 	res, err := w.claims.Reconcile(w.ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(other)})
 	got := w.get(other.DeepCopy()).(*ipamv1.IPAddressClaim)
-	if err != nil || !res.IsZero() || w.writes != before || len(got.Finalizers) != 0 || len(got.Status.Conditions) != 0 {
-		t.Fatalf("another provider's claim: result %+v, error %v, %d writes, finalizers %v, conditions %+v; want it untouched",
-			res, err, w.writes-before, got.Finalizers, got.Status.Conditions)
+	if err != nil || !res.IsZero() || w.writes != before || len(got.Status.Conditions) != 0 {
+		t.Fatalf("another provider's claim: result %+v, error %v, %d writes, conditions %+v; want it untouched",
+			res, err, w.writes-before, got.Status.Conditions)
+	}
+	// Deleted: its IPAddress (its provider's) and its finalizer are left to its provider.
+	theirs := &ipamv1.IPAddress{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: other.Name}, Spec: ipamv1.IPAddressSpec{
+		ClaimRef: ipamv1.IPAddressClaimReference{Name: other.Name}, PoolRef: other.Spec.PoolRef, Address: "10.9.9.9", Prefix: ptr.To[int32](24)}}
+	w.create(theirs)
+	must(t, w.direct.Delete(w.ctx, got))
+	before = w.writes
+	res, err = w.claims.Reconcile(w.ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(other)})
+	got = w.get(other.DeepCopy()).(*ipamv1.IPAddressClaim)
+	if err != nil || !res.IsZero() || w.writes != before || len(got.Finalizers) != 1 || w.get(theirs.DeepCopy()) == nil {
+		t.Fatalf("another provider's deleted claim: result %+v, error %v, %d writes, finalizers %v; want it and its IPAddress untouched",
+			res, err, w.writes-before, got.Finalizers)
 	}
 	if ev := w.drainEvents(); len(ev) != 0 {
 		t.Fatalf("another provider's claim got events %q", ev)

@@ -15,18 +15,20 @@ import (
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/record"
 )
 
-// Handler is one reconcile of one IPAddressClaim: the claim as it is being changed, as it
-// was last written, and its pool.
+// Handler is this provider's ipamutil.ClaimHandler: one reconcile of one IPAddressClaim, with
+// the claim as it is being changed, as it was read and last written, and its pool.
 type Handler struct {
 	*Reconciler
 	claim *ipamv1.IPAddressClaim
 	pool  ipamv1alpha1.Pool
-	// written is the claim as the API server has it: the Reconciler patches only what differs.
+	// read is the claim as ipamutil's loop read it, and its patch helper has it.
+	read *ipamv1.IPAddressClaim
+	// written is the claim as the API server has it after the handler's own writes.
 	written *ipamv1.IPAddressClaim
 	// writtenVersion is the claim's version after the last write ("": none); awaited in the cache.
 	writtenVersion string
-	// created is the IPAddress this reconcile created (nil: none); awaited in the cache too.
-	created *ipamv1.IPAddress
+	// creating: the claim has no IPAddress yet, so a wait must be an error (see waiting).
+	creating bool
 }
 
 // forget drops the claim's reservations (its subnet candidate among them) and seen answers:

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"sigs.k8s.io/cluster-api-ipam-provider-in-cluster/pkg/ipamutil"
 	"strings"
 	"testing"
 	"time"
@@ -235,7 +236,7 @@ var scenarios = []scenario{
 			w.settle()
 		},
 		act: func(w *world) {
-			must(w.t, w.direct.Delete(w.ctx, &ipamv1.IPAddress{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "r"}}))
+			w.loseAddress("r")
 			w.deleteClaims("r")
 			w.settle()
 		},
@@ -292,7 +293,7 @@ var scenarios = []scenario{
 			w.settle()
 		},
 		act: func(w *world) {
-			must(w.t, w.direct.Delete(w.ctx, &ipamv1.IPAddress{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "s"}}))
+			w.loseAddress("s")
 			w.settle()
 		},
 		then: func(t *testing.T, w *world) {
@@ -424,6 +425,7 @@ func replaceServiceClaim(name, pool string) func(w *world) {
 func serviceClaim(name, pool string) *ipamv1.IPAddressClaim {
 	c := claimObj(name, pool, map[string]string{ipamv1alpha1.SecretAnnotation: "old", ipamv1alpha1.ServiceNameAnnotation: "web"})
 	c.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Service", Name: "web", UID: "uid-web", Controller: ptr.To(true)}}
+	c.Finalizers = []string{ipamutil.ReleaseAddressFinalizer} // as the Service controller makes it
 	return c
 }
 

@@ -527,6 +527,6 @@ func unansweredClaim(t *testing.T, mode sim.DropMode) *world {
 	pools(w)
 	must(t, w.api.DropNext(mode, 1))
 	w.create(claimObj("c", "routed", nil))
-	w.run(2) // the default Secret is made and protected in the first pass, the request goes in the second
+	w.run(3) // the release finalizer goes on in the first pass, the default Secret is made and protected in the second, the request goes in the third
 	return w
 }

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/cluster-api-ipam-provider-in-cluster/pkg/ipamutil"
 
 	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/controllers/claim"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/record"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi/sim"
 )
@@ -158,9 +159,9 @@ func TestRefusedClaimsGoOnOnceFixed(t *testing.T) {
 		}
 		// Secrets are not watched: the refused claim comes back to look again after the
 		// Secret recheck interval (a minute), a wait, not a reconcile error.
-		res, err := w.claims.Reconcile(w.ctx, ctrl.Request{NamespacedName: client.ObjectKey{Namespace: "apps", Name: "c"}})
-		if err != nil || res.RequeueAfter != time.Minute {
-			t.Fatalf("the refused claim's reconcile returned %+v, %v; want it back in a minute, with no error", res, err)
+		wait, err := waitOf(w.claims.Reconcile(w.ctx, ctrl.Request{NamespacedName: client.ObjectKey{Namespace: "apps", Name: "c"}}))
+		if err != nil || wait != time.Minute {
+			t.Fatalf("the refused claim's reconcile waits %v, %v; want it back in a minute, a wait", wait, err)
 		}
 		w.create(secretObj("later", "later-secret-value"))
 		w.settle()
@@ -245,6 +246,7 @@ func TestSecretNotProtectedYet(t *testing.T) {
 		w := newWorld(t)
 		pools(w)
 		w.create(claimObj("c", "routed", map[string]string{ipamv1alpha1.SecretAnnotation: "old"}))
+		w.admit("c")
 		reconcile(w, "c")
 		if reg := recordOf(w, "c"); reg == nil || !reg.Attempt.IsZero() {
 			t.Fatalf("record %+v, want a pending record without an attempt time (nothing sent)", reg)
@@ -377,7 +379,7 @@ func TestABoundSubnetClaimThatLostItsAddressTakesNoOther(t *testing.T) {
 	w.api.Sweep()
 	holdOutside(w, "another-value-3", "hnet-private", "10.53.0.2/32")
 	holdOutside(w, "old-secret-value-1", "hnet-private", "10.53.0.3/32")
-	must(t, w.direct.Delete(w.ctx, addr))
+	w.loseAddress(addr.Name)
 
 	w.settle()
 	if a := w.addressOf("c"); a != nil {
@@ -441,7 +443,7 @@ func TestALostIPAddressOutlivesARefusal(t *testing.T) {
 	}
 	w.api.SetFaultRoutes(sim.RouteRegister)
 	must(t, w.api.FailNext(1, http.StatusBadRequest, `{"message":"invalid zone 'hnet-private', must be one of: 'inet'"}`))
-	must(t, w.direct.Delete(w.ctx, addr))
+	w.loseAddress(addr.Name)
 	w.settle()
 	c := w.get(claimObj("c", "", nil)).(*ipamv1.IPAddressClaim)
 	if r := readyOf(c); r == nil || r.Reason != ipamv1.IPAddressClaimReadyPoolNotReadyReason {
@@ -475,7 +477,7 @@ func TestALostIPAddressAfterARotationComesBackUnderTheNewSecret(t *testing.T) {
 	rotate.NewSecret = "new-secret-value-2"
 	_, err = w.outsider().Register(w.ctx, rotate)
 	must(t, err)
-	must(t, w.direct.Delete(w.ctx, addr))
+	w.loseAddress(addr.Name)
 
 	w.settle()
 	a := w.addressOf("r")
@@ -638,9 +640,11 @@ func TestAClaimOfAnEndingNamespaceRegistersNothing(t *testing.T) {
 	if events := w.drainEvents(); len(events) != 0 {
 		t.Errorf("events for a claim of a namespace being deleted: %q", events)
 	}
+	// ipamutil's loop would create the IPAddress after a result without an error: the
+	// claim waits (its deletion follows).
 	res, err := w.claims.Reconcile(w.ctx, ctrl.Request{NamespacedName: client.ObjectKey{Namespace: "apps", Name: "late"}})
-	if err != nil || !res.IsZero() {
-		t.Errorf("the reconcile returned %+v, %v; want nothing to do", res, err)
+	if _, wait := claim.WaitOf(err); !wait || !res.IsZero() || !strings.Contains(err.Error(), "namespace apps is being deleted") {
+		t.Errorf("the reconcile returned %+v, %v; want a wait saying the namespace is being deleted", res, err)
 	}
 	w.deleteClaims("late")
 	w.settle()

@@ -2,6 +2,7 @@ package claim
 
 import (
 	"context"
+	"maps"
 	"strconv"
 	"time"
 
@@ -9,69 +10,60 @@ import (
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
-	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
-
-	"sigs.k8s.io/cluster-api-ipam-provider-in-cluster/pkg/ipamutil"
-
-	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
 )
 
-// patchClaim writes what the reconcile changed on the claim since it was read or last
-// written: its metadata in one patch, its status (addressRef, conditions) in another.
-func (h *Handler) patchClaim(ctx context.Context) error {
-	var errs []error
-	lastFinalizer := !h.claim.DeletionTimestamp.IsZero() && len(h.claim.Finalizers) == 0 && len(h.written.Finalizers) > 0
-	err := h.patchMetadata(ctx)
-	if err == nil && lastFinalizer {
-		// The API server deleted the claim and answered with its last state, finalizer still
-		// on: only its absence from the cache keeps the next reconcile from releasing again.
-		_ = h.waitForCache(ctx, &ipamv1.IPAddressClaim{}, client.ObjectKeyFromObject(h.claim), "", untilGone)
-		return nil
+// handOver ends the handler's part of a reconcile; Cluster API's patch helper, which
+// ipamutil's loop made from the claim as it read it (read), then writes what changed since:
+// the conditions (locked to the claim's version in the cache), the metadata and the status.
+// What the handler wrote itself is set back to what the helper read, so the helper does not
+// write it again; and the handler's own writes are waited for in the cache, so that the
+// helper's conditions patch is not refused for a version the cache has not shown yet, and the
+// next reconcile does not act on a copy older than them.
+func (h *Handler) handOver(ctx context.Context) {
+	if h.writtenVersion == "" {
+		return // nothing written: the helper writes what changed
 	}
-	if err != nil {
-		errs = append(errs, errors.Wrap(err, "patching the claim"))
-	}
-	if !apiequality.Semantic.DeepEqual(h.claim.Status, h.written.Status) {
-		st := statusOnly(h.claim)
-		if err := h.Client.Status().Patch(ctx, st, client.MergeFrom(statusOnly(h.written))); err != nil && !apierrors.IsNotFound(err) {
-			errs = append(errs, errors.Wrap(err, "patching the claim's status"))
+	_ = h.waitForCache(ctx, &ipamv1.IPAddressClaim{}, client.ObjectKeyFromObject(h.claim), h.writtenVersion, untilSeenOrGone)
+	ann := h.claim.Annotations
+	h.claim.ObjectMeta = *h.read.ObjectMeta.DeepCopy()
+	h.claim.Annotations = unwritten(h.read.Annotations, h.written.Annotations, ann)
+}
+
+// unwritten is the annotations to hand the patch helper, which read them as read: those of
+// want that the API server has already (written) as read has them, the others as want has
+// them. The helper's patch then carries only what is not written yet.
+func unwritten(read, written, want map[string]string) map[string]string {
+	out := maps.Clone(read)
+	keys := map[string]string{}
+	maps.Copy(keys, want)
+	maps.Copy(keys, written)
+	maps.Copy(keys, read)
+	for k := range keys {
+		w, inWant := want[k]
+		s, inWritten := written[k]
+		if inWant == inWritten && w == s {
+			continue // written already: as read
+		}
+		if out == nil {
+			out = map[string]string{}
+		}
+		if inWant {
+			out[k] = w
 		} else {
-			h.written.Status = *h.claim.Status.DeepCopy()
-			h.writtenVersion = st.ResourceVersion
+			delete(out, k)
 		}
 	}
-	if a := h.created; a != nil {
-		// The next reconcile must see the new IPAddress in the cache, or it would create it again;
-		// then the request is forgotten (creating its IPAddress does not re-queue the claim, so no
-		// later reconcile would). Waiting after the status patch binds one watch delay sooner.
-		if err := h.waitForCache(ctx, &ipamv1.IPAddress{}, client.ObjectKeyFromObject(a), a.ResourceVersion, untilSeen); err != nil {
-			errs = append(errs, errors.Wrapf(err, "waiting for IPAddress %s to be visible in the cache after create", a.Name))
-		} else {
-			h.forget()
-		}
-	}
-	if h.writtenVersion != "" {
-		// The next reconcile must not act on a copy older than this one's writes (even if a later
-		// write failed): it would write them again, or take an attempt it finds for one whose
-		// answer this process never saw.
-		_ = h.waitForCache(ctx, &ipamv1.IPAddressClaim{}, client.ObjectKeyFromObject(h.claim), h.writtenVersion, untilSeenOrGone)
-	}
-	return kerrors.NewAggregate(errs)
+	return out
 }
 
 // patchMetadata writes the claim's changed metadata, locked to the version last read or written:
 // a reconcile that acted on a stale read (a lagging cache that misses the deletion, say) gets a
 // conflict here, before the request its record announces goes out, and runs again.
 //
-// A live claim that records a registration has the release finalizer: it goes out with the
-// first record, before any send, and comes back on a claim restored or moved without it.
+// The release finalizer is ipamutil's loop's first write, before the handler runs.
 func (h *Handler) patchMetadata(ctx context.Context) error {
-	if _, recorded := h.claim.Annotations[ipamv1alpha1.RegistrationAnnotation]; recorded && h.claim.DeletionTimestamp.IsZero() {
-		controllerutil.AddFinalizer(h.claim, ipamutil.ReleaseAddressFinalizer)
-	}
 	meta, written := withoutStatus(h.claim), withoutStatus(h.written)
 	if apiequality.Semantic.DeepEqual(meta.ObjectMeta, written.ObjectMeta) && apiequality.Semantic.DeepEqual(meta.Spec, written.Spec) {
 		return nil
@@ -143,11 +135,5 @@ func (h *Handler) waitForCache(ctx context.Context, obj client.Object, key types
 func withoutStatus(c *ipamv1.IPAddressClaim) *ipamv1.IPAddressClaim {
 	out := c.DeepCopy()
 	out.Status = ipamv1.IPAddressClaimStatus{}
-	return out
-}
-
-func statusOnly(c *ipamv1.IPAddressClaim) *ipamv1.IPAddressClaim {
-	out := &ipamv1.IPAddressClaim{TypeMeta: c.TypeMeta, Status: *c.Status.DeepCopy()}
-	out.Namespace, out.Name, out.UID = c.Namespace, c.Name, c.UID
 	return out
 }

@@ -8,227 +8,178 @@ import (
 
 	"github.com/pkg/errors"
 	corev1 "k8s.io/api/core/v1"
-	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	kerrors "k8s.io/apimachinery/pkg/util/errors"
-	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
-	"sigs.k8s.io/cluster-api/util/annotations"
-	"sigs.k8s.io/cluster-api/util/conditions"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
-	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"sigs.k8s.io/cluster-api-ipam-provider-in-cluster/pkg/ipamutil"
 
 	ipamv1alpha1 "github.com/vitistack/cluster-api-ipam-provider-vitistack/api/v1alpha1"
-	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/index"
+	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/record"
 )
 
-// Reconcile binds or releases one claim; a deferred patchClaim writes what is left to write.
-func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, reterr error) {
-	claim := &ipamv1.IPAddressClaim{}
-	if err := r.Client.Get(ctx, req.NamespacedName, claim); err != nil {
-		if apierrors.IsNotFound(err) {
-			r.refusals.Delete(req.NamespacedName)
-		}
-		return ctrl.Result{}, client.IgnoreNotFound(err)
-	}
+// Reconcile runs ipamutil's claim loop once for the claim of req, with this provider as its
+// adapter: the loop the manager's controller runs, driven directly by tests.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	return r.loop().Reconcile(ctx, req)
+}
+
+// loop is ipamutil's ClaimReconciler with this provider as its ProviderAdapter. It does
+// what every Cluster API IPAM provider on ipamutil does: it skips claims of paused Clusters
+// and pools, adds the release finalizer first, creates or patches the IPAddress (owned by
+// claim and pool, with the ProtectAddress finalizer) once the handler filled it, waits for it
+// in the cache, sets the claim's addressRef, and on deletion deletes the IPAddress and
+// removes the finalizer after the handler released the address; Cluster API's patch helper
+// writes the claim.
+func (r *Reconciler) loop() *ipamutil.ClaimReconciler {
+	return &ipamutil.ClaimReconciler{Client: r.Client, Scheme: r.Client.Scheme(), WatchFilterValue: r.Config.WatchFilterValue, Adapter: adapter{r}}
+}
+
+// adapter is this provider's ipamutil.ProviderAdapter: its watches (SetupWithManager, in
+// watches.go) and a Handler per reconcile.
+type adapter struct{ *Reconciler }
+
+var _ ipamutil.ProviderAdapter = adapter{}
+
+// ClaimHandlerFor is the handler of one reconcile of claim, as the loop read it. Another
+// provider's claim (ipamutil's Cluster watch enqueues every claim of a Cluster) gets one that
+// stops the loop before it does anything more.
+func (a adapter) ClaimHandlerFor(_ client.Client, claim *ipamv1.IPAddressClaim) ipamutil.ClaimHandler {
 	if ref := claim.Spec.PoolRef; ref.APIGroup != ipamv1alpha1.GroupVersion.Group || !slices.Contains(poolKinds, ref.Kind) {
-		return ctrl.Result{}, nil // another provider's claim, enqueued by its Cluster: not touched
+		return notOurs{}
 	}
-	if paused, err := r.clusterPaused(ctx, claim); err != nil || paused {
-		return ctrl.Result{}, err
+	if claim.DeletionTimestamp.IsZero() {
+		a.InFlight.SawAlive(claim.UID) // deleted later, only this process releases it
 	}
-	h := &Handler{Reconciler: r, claim: claim, written: claim.DeepCopy()}
-	defer func() {
-		if err := h.patchClaim(ctx); err != nil {
-			reterr = kerrors.NewAggregate([]error{reterr, err})
-		}
-	}()
-	deleting := !claim.DeletionTimestamp.IsZero()
-	if !deleting {
-		r.InFlight.SawAlive(claim.UID) // deleted later, only this process releases it
-	}
-	if deleting && !controllerutil.ContainsFinalizer(claim, ipamutil.ReleaseAddressFinalizer) {
-		return ctrl.Result{}, nil // never registered anything: nothing to release
+	// A wait an earlier reconcile ended in was used when the claim was queued again (or the
+	// claim came back sooner, by a watch): this reconcile's own counts.
+	a.waits.Delete(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(claim)})
+	return &Handler{Reconciler: a.Reconciler, claim: claim, read: claim.DeepCopy(), written: claim.DeepCopy()}
+}
+
+// notOurs is the handler of another provider's claim: it stops the loop (a result without
+// an error), which then writes nothing more.
+type notOurs struct{}
+
+func (notOurs) FetchPool(context.Context) (client.Object, *ctrl.Result, error) {
+	return nil, &ctrl.Result{}, nil
+}
+
+func (notOurs) EnsureAddress(context.Context, *ipamv1.IPAddress) (*ctrl.Result, error) {
+	return nil, errors.New("not this provider's claim")
+}
+
+func (notOurs) ReleaseAddress(context.Context) (*ctrl.Result, error) {
+	return nil, errors.New("not this provider's claim")
+}
+
+// FetchPool reads the claim's pool. A deleted claim whose pool is gone gets NotFound, and the
+// loop releases it without one; a live one says so in its Ready condition and waits for the
+// pool's watch. A claim this process released, and the API server no longer has, stops the
+// loop: only the cache still shows it.
+func (h *Handler) FetchPool(ctx context.Context) (client.Object, *ctrl.Result, error) {
+	if h.goneAfterRelease(ctx) {
+		return nil, &ctrl.Result{}, nil
 	}
 	pool, err := h.fetchPool(ctx)
 	switch {
 	case errors.Is(err, errPoolNotCached):
-		// Nothing is written until the pool is cached; its watch event (or the requeue) brings it back.
-		return ctrl.Result{RequeueAfter: time.Second}, nil
-	case apierrors.IsNotFound(err) && deleting:
-		return r.reconcileDelete(ctx, h) // release works from the records alone
-	case apierrors.IsNotFound(err):
-		return ctrl.Result{}, nil // the pool's watch brings the claim back
+		// Created moments ago: its watch event (or the wait's end) brings the claim back.
+		return nil, nil, h.waiting(time.Second, err)
 	case err != nil:
-		return ctrl.Result{}, errors.Wrap(err, "failed to fetch pool")
-	case annotations.HasPaused(pool):
-		// A paused pool holds its claims' deletes too; its unpause brings them back.
-		ctrl.LoggerFrom(ctx).V(2).Info("The claim's pool is paused, skipping reconciliation", "pool", pool.GetName())
-		return ctrl.Result{}, nil
-	case deleting:
-		return r.reconcileDelete(ctx, h)
+		return nil, nil, err
 	}
-	return r.reconcileNormal(ctx, h, pool)
+	return pool, nil, nil
 }
 
-// reconcileNormal binds a live claim (allocate, or bound if its IPAddress exists); the
-// IPAddress is created or patched only after that succeeded.
-func (r *Reconciler) reconcileNormal(ctx context.Context, h *Handler, pool ipamv1alpha1.Pool) (ctrl.Result, error) {
-	claim := h.claim
-	// ipamutil's IPAddress: named after the claim, owned by it (controller) and the pool.
-	address := ipamutil.NewIPAddress(claim, pool)
-	err := r.Client.Get(ctx, client.ObjectKeyFromObject(&address), &address)
-	if err != nil && !apierrors.IsNotFound(err) {
-		return ctrl.Result{}, errors.Wrap(err, "failed to fetch address")
-	}
-	exists := err == nil
-	if !exists && r.namespaceEnding(ctx, claim.Namespace) {
+// EnsureAddress binds the claim: allocate registers an address for a claim without an
+// IPAddress, bound keeps an existing one true to the claim's annotations. The loop creates
+// or patches the IPAddress only if this returns no error, and drops the result of a claim
+// without one: every wait of such a claim is an error (waiting), brought back when the wait
+// ends.
+func (h *Handler) EnsureAddress(ctx context.Context, address *ipamv1.IPAddress) (*ctrl.Result, error) {
+	defer h.handOver(ctx)
+	exists := address.ResourceVersion != ""
+	if !exists && h.namespaceEnding(ctx, h.claim.Namespace) {
 		// Nothing is registered for a claim its namespace is taking away (nor can its
-		// IPAddress be created there); its deletion releases what its record names.
-		ctrl.LoggerFrom(ctx).V(2).Info("The claim's namespace is being deleted, skipping allocation")
-		return ctrl.Result{}, nil
+		// IPAddress be created there); its deletion, which follows, releases what its
+		// record names.
+		return nil, h.waiting(time.Minute, errors.Errorf("namespace %s is being deleted: nothing is allocated for the claim, "+
+			"and what its record names is released when the claim goes", h.claim.Namespace))
 	}
-	before := address.DeepCopy()
+	h.creating = !exists
 	o := h.bound
 	if !exists {
 		o = h.allocate
 	}
-	if res, err := h.report(ctx, o(ctx, &address)); err != nil || !res.IsZero() {
-		return res, err
-	}
-	if err := controllerutil.SetOwnerReference(pool, &address, r.Client.Scheme()); err != nil {
-		return ctrl.Result{}, errors.Wrap(err, "failed to ensure owner references on address")
-	}
-	if err := controllerutil.SetControllerReference(claim, &address, r.Client.Scheme()); err != nil {
-		return ctrl.Result{}, errors.Wrap(err, "failed to ensure owner references on address")
-	}
-	if v, ok := claim.Labels[clusterv1.ClusterNameLabel]; ok {
-		if address.Labels == nil {
-			address.Labels = map[string]string{}
-		}
-		address.Labels[clusterv1.ClusterNameLabel] = v
-	}
-	// No ProtectAddress finalizer: the claim's record and the IPAM-API hold the address, so a
-	// lost IPAddress is made again with the same one (subnet picks count the claim's record).
-	// A delete costs one request fewer, and no IPAddress outlives an uninstalled provider.
-	res := ctrl.Result{}
+	res, err := h.report(ctx, o(ctx, address))
 	switch {
-	case !exists:
-		if err := r.Client.Create(ctx, &address); apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
-			// Registered as the namespace's deletion began: the claim's deletion, which
-			// follows, releases it from the claim's record.
-			conditions.Set(claim, metav1.Condition{Type: ipamv1.IPAddressClaimReadyCondition, Status: metav1.ConditionFalse,
-				Reason: ipamv1.IPAddressClaimReadyAllocationFailedReason, Message: fmt.Sprintf("namespace %s is being deleted: "+
-					"the IPAddress cannot be created, and the address is released when the claim goes", claim.Namespace)})
-			return ctrl.Result{}, nil
-		} else if err != nil {
-			return ctrl.Result{}, errors.Wrap(err, "failed to create address")
-		}
-		ctrl.LoggerFrom(ctx).V(2).Info("IPAddress created", "address", address.Spec.Address)
-		// Other claims' subnet picks count the address from now on, not once it is cached.
-		h.subnets.observe(&address, false)
-		// Waited for in the cache after the status patch (see patchClaim).
-		h.created = &address
-		if h.boundHasWork(&address) {
-			// bound carries the change at once.
-			res.RequeueAfter = time.Millisecond
-		}
-	case !apiequality.Semantic.DeepEqual(before, &address):
-		// Semantic DeepEqual counts nil and empty maps equal: a no-op reconcile writes nothing.
-		if err := r.Client.Patch(ctx, &address, client.MergeFrom(before)); err != nil {
-			return ctrl.Result{}, errors.Wrap(err, "failed to patch address")
-		}
-	}
-	claim.Status.AddressRef = ipamv1.IPAddressReference{Name: address.Name}
-	return res, nil
-}
-
-// reconcileDelete releases the address, then lets the IPAddress and the claim go.
-func (r *Reconciler) reconcileDelete(ctx context.Context, h *Handler) (ctrl.Result, error) {
-	claim := h.claim
-	if res, err := h.report(ctx, h.release(ctx)); err != nil || !res.IsZero() {
-		return res, err
-	}
-	address := &ipamv1.IPAddress{}
-	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(claim), address); err != nil && !apierrors.IsNotFound(err) {
-		return ctrl.Result{}, errors.Wrap(err, "failed to fetch address")
-	}
-	if controllerutil.ContainsFinalizer(address, ipamutil.ProtectAddressFinalizer) {
-		// This version adds none, but v0.1 did: it must not keep the IPAddress.
-		p := client.MergeFrom(address.DeepCopy())
-		controllerutil.RemoveFinalizer(address, ipamutil.ProtectAddressFinalizer)
-		if err := r.Client.Patch(ctx, address, p); err != nil && !apierrors.IsNotFound(err) {
-			return ctrl.Result{}, errors.Wrap(err, "failed to remove address finalizer")
-		}
-	}
-	// Deleted by name, whatever the cache shows: a lagging cache may not show an IPAddress
-	// that exists, and the claim would go without it.
-	gone := &ipamv1.IPAddress{ObjectMeta: metav1.ObjectMeta{Namespace: claim.Namespace, Name: claim.Name}}
-	if err := r.Client.Delete(ctx, gone); err != nil && !apierrors.IsNotFound(err) {
-		return ctrl.Result{}, errors.Wrap(err, "failed to delete address")
-	}
-	controllerutil.RemoveFinalizer(claim, ipamutil.ReleaseAddressFinalizer)
-	return ctrl.Result{}, nil
-}
-
-// clusterPaused reports whether the claim's Cluster (by spec.clusterName or the
-// cluster-name label) is paused. A live claim of a Cluster that is not found waits; a
-// deleted one goes on (the Cluster may be gone before its claims).
-func (r *Reconciler) clusterPaused(ctx context.Context, claim *ipamv1.IPAddressClaim) (bool, error) {
-	name := claim.Spec.ClusterName
-	if name == "" {
-		name = claim.Labels[clusterv1.ClusterNameLabel]
-	}
-	if name == "" {
-		return false, nil
-	}
-	cluster := &clusterv1.Cluster{}
-	err := r.Client.Get(ctx, types.NamespacedName{Namespace: claim.Namespace, Name: name}, cluster)
-	switch {
-	case apierrors.IsNotFound(err):
-		if claim.DeletionTimestamp.IsZero() {
-			ctrl.LoggerFrom(ctx).Info("IPAddressClaim linked to a cluster that is not found, unable to determine cluster's paused state, skipping reconciliation")
-			return true, nil
-		}
-		return false, nil
 	case err != nil:
-		return false, errors.Wrap(err, "fetching the claim's Cluster")
+		return nil, err
+	case !res.IsZero():
+		return &res, nil // a bound claim's wait: the loop patches the IPAddress and comes back
+	case !exists && h.boundHasWork(address):
+		// The claim's annotations ask more of the new IPAddress (a change made while it was
+		// registered): bound carries it once the loop has created it.
+		h.Wake.Add(client.ObjectKeyFromObject(h.claim))
 	}
-	if annotations.IsPaused(cluster, cluster) {
-		ctrl.LoggerFrom(ctx).V(2).Info("IPAddressClaim linked to a cluster that is paused, skipping reconciliation")
-		return true, nil
-	}
-	return false, nil
+	return nil, nil
 }
 
-func (r *Reconciler) clusterToClaims(ctx context.Context, o client.Object) []reconcile.Request {
-	claims := &ipamv1.IPAddressClaimList{}
-	if err := r.Client.List(ctx, claims, client.InNamespace(o.GetNamespace()), client.MatchingFields{index.ClaimClusterName: o.GetName()}); err != nil {
-		return nil
+// ReleaseAddress releases what the claim's record names; the loop then deletes the IPAddress
+// and removes the finalizer. A claim this process released already (the cache still shows
+// it with its finalizer, or removing that failed) sends nothing again.
+func (h *Handler) ReleaseAddress(ctx context.Context) (*ctrl.Result, error) {
+	defer h.handOver(ctx)
+	if _, done := h.releasedHere.Load(h.claim.UID); done {
+		record.Remove(h.claim)
+		return nil, nil
 	}
-	reqs := make([]reconcile.Request, 0, len(claims.Items))
-	for _, c := range claims.Items {
-		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&c)})
+	res, err := h.report(ctx, h.release(ctx))
+	switch {
+	case err != nil:
+		return nil, err
+	case !res.IsZero():
+		return &res, nil
 	}
-	return reqs
+	h.releasedHere.Store(h.claim.UID, struct{}{})
+	h.refusals.Delete(h.claimKey())
+	return nil, h.deleteUncachedAddress(ctx)
 }
 
-func clusterUnpaused() predicate.Funcs {
-	paused := func(o client.Object) bool { c, ok := o.(*clusterv1.Cluster); return ok && annotations.IsPaused(c, c) }
-	return predicate.Funcs{
-		UpdateFunc:  func(e event.UpdateEvent) bool { return paused(e.ObjectOld) && !paused(e.ObjectNew) },
-		CreateFunc:  func(e event.CreateEvent) bool { return !paused(e.Object) },
-		DeleteFunc:  func(e event.DeleteEvent) bool { return !paused(e.Object) },
-		GenericFunc: func(event.GenericEvent) bool { return false },
+// deleteUncachedAddress deletes the claim's IPAddress if the cache does not show it yet (one
+// another process created moments ago, say): the loop deletes only one the cache shows, and
+// its ProtectAddress finalizer would keep one it missed for good.
+func (h *Handler) deleteUncachedAddress(ctx context.Context) error {
+	key := client.ObjectKeyFromObject(h.claim)
+	if err := h.Client.Get(ctx, key, &ipamv1.IPAddress{}); h.Reader == nil || !apierrors.IsNotFound(err) {
+		return nil // shown: the loop deletes it
 	}
+	addr := &ipamv1.IPAddress{}
+	if err := h.Reader.Get(ctx, key, addr); err != nil || !metav1.IsControlledBy(addr, h.claim) {
+		return errors.Wrap(client.IgnoreNotFound(err), "reading the claim's IPAddress")
+	}
+	p := client.MergeFromWithOptions(addr.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	if controllerutil.RemoveFinalizer(addr, ipamutil.ProtectAddressFinalizer) {
+		if err := h.Client.Patch(ctx, addr, p); err != nil {
+			return errors.Wrap(client.IgnoreNotFound(err), "removing the IPAddress's finalizer")
+		}
+	}
+	return errors.Wrap(client.IgnoreNotFound(h.Client.Delete(ctx, addr, client.Preconditions{UID: &addr.UID})), "deleting the claim's IPAddress")
+}
+
+// goneAfterRelease reports whether this process released the claim and the API server no
+// longer has it (read uncached): the cache still shows it deleting with its finalizer, the
+// event of its end on the way.
+func (h *Handler) goneAfterRelease(ctx context.Context) bool {
+	if _, done := h.releasedHere.Load(h.claim.UID); !done || h.Reader == nil {
+		return false
+	}
+	return apierrors.IsNotFound(h.Reader.Get(ctx, client.ObjectKeyFromObject(h.claim), &ipamv1.IPAddressClaim{}))
 }
 
 // namespaceEnding reports whether the namespace is being deleted, as the cache shows it (one
@@ -236,4 +187,22 @@ func clusterUnpaused() predicate.Funcs {
 func (r *Reconciler) namespaceEnding(ctx context.Context, name string) bool {
 	ns := &corev1.Namespace{}
 	return r.Client.Get(ctx, client.ObjectKey{Name: name}, ns) == nil && !ns.DeletionTimestamp.IsZero()
+}
+
+// waiting is a reconcile that ended in a wait whose end is known: the claim controller's rate
+// limiter brings the claim back when it ends (waitLimiter), and its log says Waiting, not
+// "Reconciler error" (quietWaits).
+type waiting struct {
+	err error
+	d   time.Duration
+}
+
+func (w *waiting) Error() string { return w.err.Error() }
+func (w *waiting) Unwrap() error { return w.err }
+
+// waiting returns the error of a wait of d: the claim comes back after d, without back-off.
+func (h *Handler) waiting(d time.Duration, err error) error {
+	d = max(d, time.Millisecond)
+	h.waits.Store(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(h.claim)}, d)
+	return &waiting{err: fmt.Errorf("%w (again in %s)", err, d.Round(time.Millisecond)), d: d}
 }

@@ -41,25 +41,25 @@ func TestAWaitComesBackWhenItEndsWhateverTheClock(t *testing.T) {
 	must(t, w.api.SetFaults(sim.Faults{DropAfterNext: 1, Routes: []sim.Route{sim.RouteRegister}}))
 
 	key := ctrl.Request{NamespacedName: client.ObjectKey{Namespace: "apps", Name: "c"}}
-	var waited ctrl.Result
-	for i := 0; i < 10 && waited.RequeueAfter == 0; i++ {
-		res, err := w.claims.Reconcile(w.ctx, key)
+	var waited time.Duration
+	for i := 0; i < 10 && waited == 0; i++ {
+		wait, err := waitOf(w.claims.Reconcile(w.ctx, key))
 		if c := readyOf(w.get(claimObj("c", "", nil)).(*ipamv1.IPAddressClaim)); c != nil && strings.Contains(c.Message, "may still be in flight") {
 			if err != nil {
 				t.Fatalf("waiting out an unanswered request is a reconcile error: %v", err)
 			}
-			waited = res
+			waited = wait
 		}
 		_, _ = w.protector.Reconcile(w.ctx, ctrl.Request{NamespacedName: w.cfg.DefaultSecret}) // protects it
 	}
 	if w.api.Stats().DroppedAfter != 1 {
 		t.Fatalf("the registration's answer was not lost (%d lost)", w.api.Stats().DroppedAfter)
 	}
-	if waited.RequeueAfter <= 0 || waited.RequeueAfter > w.cfg.Quarantine() {
+	if waited <= 0 || waited > w.cfg.Quarantine() {
 		t.Fatalf("the waiting claim comes back after %v, want when the wait ends (at most the quarantine, %v)\n%s",
-			waited.RequeueAfter, w.cfg.Quarantine(), w.describe())
+			waited, w.cfg.Quarantine(), w.describe())
 	}
-	time.Sleep(waited.RequeueAfter)
+	time.Sleep(waited)
 	w.settle()
 	w.bound(t, "c")
 	w.check()

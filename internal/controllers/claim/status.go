@@ -71,7 +71,7 @@ func (o outcome) note(typ, reason, action, message string) outcome {
 }
 
 // report applies an outcome to the claim (patched when the reconcile ends) and returns the
-// reconcile's result: a known wait comes back when it ends, without an error.
+// reconcile's result: a known wait comes back when it ends, without back-off.
 func (h *Handler) report(ctx context.Context, o outcome) (ctrl.Result, error) {
 	if o.ready != "" {
 		o.message = note.Truncate(o.message, note.ConditionLimit)
@@ -105,6 +105,9 @@ func (h *Handler) report(ctx context.Context, o outcome) (ctrl.Result, error) {
 	switch {
 	case err == nil:
 		return ctrl.Result{}, nil
+	case o.retry > 0 && h.creating:
+		// ipamutil's loop would create the IPAddress for a result without an error.
+		return ctrl.Result{}, h.waiting(o.retry, err)
 	case o.retry > 0:
 		ctrl.LoggerFrom(ctx).V(1).Info("Waiting", "reason", err.Error())
 		return ctrl.Result{RequeueAfter: o.retry}, nil

@@ -101,17 +101,20 @@ func (s *subnetState) observe(o client.Object, gone bool) {
 	s.named[uid] = occ
 }
 
-// occupancy keeps subnetState's view of the pools from the cache's events: O(1) each.
-func (s *subnetState) occupancy() handler.TypedEventHandler[client.Object, reconcile.Request] {
+// occupancy keeps subnetState's view of the pools from the cache's events, O(1) each, and
+// tells also of each object what the cache shows (gone: no longer there).
+func (s *subnetState) occupancy(also func(o client.Object, gone bool)) handler.TypedEventHandler[client.Object, reconcile.Request] {
 	return handler.Funcs{
 		CreateFunc: func(_ context.Context, e event.CreateEvent, _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 			s.observe(e.Object, false)
+			also(e.Object, false)
 		},
 		UpdateFunc: func(_ context.Context, e event.UpdateEvent, _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 			s.observe(e.ObjectNew, false)
 		},
 		DeleteFunc: func(_ context.Context, e event.DeleteEvent, _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 			s.observe(e.Object, true)
+			also(e.Object, true)
 		},
 	}
 }

@@ -2,6 +2,9 @@ package claim
 
 import (
 	"context"
+	"github.com/go-logr/logr"
+	"github.com/pkg/errors"
+	"k8s.io/klog/v2"
 	"maps"
 	"sync"
 	"time"
@@ -10,10 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
-	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	"sigs.k8s.io/cluster-api/util/annotations"
-	"sigs.k8s.io/cluster-api/util/predicates"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -58,6 +59,14 @@ type Reconciler struct {
 	// (the Secret's value is among the inputs), and costs no write. Dropped when a request
 	// of the claim goes out, or the claim is gone.
 	refusals sync.Map
+	// log is the manager's logger (logFor).
+	log logr.Logger
+	// waits is, by reconcile.Request, how long the wait a claim's last reconcile ended in
+	// lasts (a time.Duration), for the rate limiter (waitLimiter).
+	waits sync.Map
+	// released is the claims (by UID) this process released: until the cache shows one
+	// gone, a reconcile of it sends nothing again.
+	releasedHere sync.Map
 }
 
 // The back-off of a claim that fails: 250 ms, doubling up to backoffMax.
@@ -75,47 +84,57 @@ const reconciliationTimeout = time.Minute
 
 var poolKinds = []string{ipamv1alpha1.VitistackIPPoolKind, ipamv1alpha1.GlobalVitistackIPPoolKind}
 
-// SetupWithManager watches this provider's claims, their IPAddresses, the pools, unpaused
-// Clusters, and the claims the Secret protector wakes.
+// SetupWithManager sets up ipamutil's claim controller with this provider as its adapter.
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+	r.subnets.recheck, r.subnets.clock = r.Config.SubnetRecheckInterval, r.Config.Ticks()
+	r.log = mgr.GetLogger()
+	return r.loop().SetupWithManager(ctx, mgr)
+}
+
+// SetupWithManager adds this provider's part to ipamutil's claim controller, which filters
+// paused objects and brings back the claims of a Cluster that is unpaused: this provider's
+// claims, their IPAddresses, the pools, and the claims the Secret protector wakes; the
+// workers, the back-off and the logs.
+func (a adapter) SetupWithManager(_ context.Context, b *ctrl.Builder) error {
+	r := a.Reconciler
 	var claimKinds, addressKinds []predicate.Predicate
 	for _, kind := range poolKinds {
 		gk := metav1.GroupKind{Group: ipamv1alpha1.GroupVersion.Group, Kind: kind}
 		claimKinds = append(claimKinds, ipampredicates.ClaimReferencesPoolKind(gk))
 		addressKinds = append(addressKinds, ipampredicates.AddressReferencesPoolKind(gk))
 	}
-	r.subnets.recheck, r.subnets.clock = r.Config.SubnetRecheckInterval, r.Config.Ticks()
 	workers := max(r.Config.MaxConcurrentReconciles, 1)
 	notCreated := predicate.Funcs{CreateFunc: func(event.CreateEvent) bool { return false }}
 	addressCameOrWent := predicate.Funcs{ // a nil func passes
 		UpdateFunc:  func(event.UpdateEvent) bool { return false },
 		GenericFunc: func(event.GenericEvent) bool { return false },
 	}
-	return ctrl.NewControllerManagedBy(mgr).
-		Named("ipaddressclaim").
-		WithEventFilter(predicates.ResourceNotPausedAndHasFilterLabel(mgr.GetScheme(), ctrl.LoggerFrom(ctx), r.Config.WatchFilterValue)).
-		Watches(&clusterv1.Cluster{}, handler.EnqueueRequestsFromMapFunc(r.clusterToClaims), builder.WithPredicates(clusterUnpaused())).
-		For(&ipamv1.IPAddressClaim{}, builder.WithPredicates(predicate.Or(claimKinds...), claimChanged())).
+	b.For(&ipamv1.IPAddressClaim{}, builder.WithPredicates(predicate.Or(claimKinds...), claimChanged())).
 		WithOptions(controller.Options{
 			// Different claims are different identities, which the IPAM-API allocates
 			// safely in parallel; controller-runtime never reconciles one claim twice at once.
 			MaxConcurrentReconciles: workers,
-			RateLimiter:             workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](backoffBase, backoffMax),
+			RateLimiter: waitLimiter{
+				TypedRateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](backoffBase, backoffMax),
+				waits:            &r.waits,
+			},
 			// A backstop for a reconcile that hangs: every IPAM-API call has its own,
 			// shorter deadline, and a reconcile cut anywhere is finished by the next one.
 			ReconciliationTimeout: reconciliationTimeout,
+			LogConstructor:        r.logFor,
 		}).
 		// A claim's IPAddress that changes or goes brings the claim back, to restore it. One
-		// that is created does not: this controller made it, in the reconcile that then
-		// bound the claim (and a manager that starts reconciles every claim anyway), so a
-		// second reconcile would only find the claim bound.
+		// that is created does not: the loop made it, in the reconcile that then bound the
+		// claim (and a manager that starts reconciles every claim anyway), so a second
+		// reconcile would only find the claim bound.
 		Owns(&ipamv1.IPAddress{}, builder.WithPredicates(predicate.Or(addressKinds...), notCreated)).
 		// The claims the Secret protector wakes: it found their Secret's value changed,
 		// or back as it was.
 		WatchesRawSource(r.Wake.Source()).
-		// Which addresses the subnet-mode pools use, for picking candidates.
-		Watches(&ipamv1.IPAddress{}, r.subnets.occupancy()).
-		Watches(&ipamv1.IPAddressClaim{}, r.subnets.occupancy()).
+		// Which addresses the subnet-mode pools use, for picking candidates; an IPAddress in
+		// the cache ends its claim's reservations, a claim gone from it its memory here.
+		Watches(&ipamv1.IPAddress{}, r.subnets.occupancy(r.cached)).
+		Watches(&ipamv1.IPAddressClaim{}, r.subnets.occupancy(r.cached)).
 		// An address that comes or goes changes who shares it: the sharers' status follows.
 		Watches(&ipamv1.IPAddress{}, handler.EnqueueRequestsFromMapFunc(r.sharers), builder.WithPredicates(addressCameOrWent)).
 		Watches(&ipamv1alpha1.VitistackIPPool{}, handler.EnqueueRequestsFromMapFunc(r.claimsOfPool(ipamv1alpha1.VitistackIPPoolKind)),
@@ -125,9 +144,75 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		// A subnet-mode pool whose count of addresses in use fell has room again, and so
 		// may the other pools of its zone: their claims that found none go on.
 		Watches(&ipamv1alpha1.VitistackIPPool{}, handler.EnqueueRequestsFromMapFunc(r.claimsWaitingForRoom), builder.WithPredicates(roomFreed())).
-		Watches(&ipamv1alpha1.GlobalVitistackIPPool{}, handler.EnqueueRequestsFromMapFunc(r.claimsWaitingForRoom), builder.WithPredicates(roomFreed())).
-		Complete(r)
+		Watches(&ipamv1alpha1.GlobalVitistackIPPool{}, handler.EnqueueRequestsFromMapFunc(r.claimsWaitingForRoom), builder.WithPredicates(roomFreed()))
+	return nil
 }
+
+// cached is told of each IPAddress and claim the cache shows or no longer shows: an
+// IPAddress in it ends its claim's reservations (other claims see it now), and a claim gone
+// from it ends what this process remembers of it.
+func (r *Reconciler) cached(o client.Object, gone bool) {
+	switch o.(type) {
+	case *ipamv1.IPAddress:
+		if owner := metav1.GetControllerOf(o); owner != nil && !gone {
+			r.InFlight.Forget(owner.UID)
+		}
+	case *ipamv1.IPAddressClaim:
+		if gone {
+			r.releasedHere.Delete(o.GetUID())
+			r.refusals.Delete(client.ObjectKeyFromObject(o))
+			r.waits.Delete(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(o)})
+		}
+	}
+}
+
+// waitLimiter is the claim controller's rate limiter: a claim whose reconcile ended in a
+// known wait (waiting) comes back when the wait ends, and its back-off starts over; any
+// other failure backs off.
+type waitLimiter struct {
+	workqueue.TypedRateLimiter[reconcile.Request]
+	waits *sync.Map
+}
+
+func (l waitLimiter) When(req reconcile.Request) time.Duration {
+	if d, ok := l.waits.LoadAndDelete(req); ok {
+		l.Forget(req)
+		return d.(time.Duration)
+	}
+	return l.TypedRateLimiter.When(req)
+}
+
+// logFor is the claim controller's logger for a request: controller-runtime's, whose
+// "Reconciler error" for a known wait (waiting) is the V(1) line "Waiting" instead.
+func (r *Reconciler) logFor(req *reconcile.Request) logr.Logger {
+	log := r.log.WithValues("controller", "ipaddressclaim", "controllerGroup", ipamv1.GroupVersion.Group, "controllerKind", "IPAddressClaim")
+	if req != nil {
+		log = log.WithValues("IPAddressClaim", klog.KRef(req.Namespace, req.Name), "namespace", req.Namespace, "name", req.Name)
+	}
+	if log.GetSink() == nil {
+		return log
+	}
+	return log.WithSink(quietWaits{log.GetSink()})
+}
+
+// quietWaits logs a known wait that ends a reconcile as the wait it is.
+type quietWaits struct{ logr.LogSink }
+
+func (s quietWaits) Error(err error, msg string, kv ...any) {
+	var w *waiting
+	if !errors.As(err, &w) {
+		s.LogSink.Error(err, msg, kv...)
+		return
+	}
+	if s.Enabled(1) {
+		s.Info(1, "Waiting", append(kv, "reason", w.Error())...)
+	}
+}
+
+func (s quietWaits) WithValues(kv ...any) logr.LogSink {
+	return quietWaits{s.LogSink.WithValues(kv...)}
+}
+func (s quietWaits) WithName(name string) logr.LogSink { return quietWaits{s.LogSink.WithName(name)} }
 
 // claimsWaitingForRoom maps a subnet-mode pool to the live, unbound claims that found
 // no room in the subnet-mode pools of its zone (the index holds no others).
@@ -236,8 +321,9 @@ func (r *Reconciler) sharers(ctx context.Context, o client.Object) []reconcile.R
 
 // claimChanged drops updates that change only a claim's status (its conditions, which
 // this provider writes itself), the provider's own annotations, or finalizers other than
-// the loss of the provider's own, so a failing claim is retried with back-off, not at
-// once, and a claim is not reconciled again for the finalizer its own first write adds.
+// the release finalizer coming or going, so a failing claim is retried with back-off, not
+// at once. ipamutil's loop adds the release finalizer and ends the reconcile: the update
+// brings the claim back.
 func claimChanged() predicate.Predicate {
 	return predicate.Funcs{
 		UpdateFunc: func(e event.UpdateEvent) bool {
@@ -245,7 +331,7 @@ func claimChanged() predicate.Predicate {
 			return o.GetGeneration() != n.GetGeneration() ||
 				!maps.Equal(userAnnotations(o), userAnnotations(n)) ||
 				!maps.Equal(o.GetLabels(), n.GetLabels()) ||
-				controllerutil.ContainsFinalizer(o, ipamutil.ReleaseAddressFinalizer) && !controllerutil.ContainsFinalizer(n, ipamutil.ReleaseAddressFinalizer) ||
+				controllerutil.ContainsFinalizer(o, ipamutil.ReleaseAddressFinalizer) != controllerutil.ContainsFinalizer(n, ipamutil.ReleaseAddressFinalizer) ||
 				!o.GetDeletionTimestamp().Equal(n.GetDeletionTimestamp())
 		},
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http/httptest"
 	"reflect"
+	"sigs.k8s.io/cluster-api-ipam-provider-in-cluster/pkg/ipamutil"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -152,7 +154,8 @@ func newWorld(t *testing.T) *world {
 
 // start starts the process: new controllers with empty memory.
 func (w *world) start() {
-	reg := registrar.New(w.c, w.c, &registrar.CachingClientFactory{Timeout: w.cfg.RequestTimeout}, w.cfg)
+	// Its uncached reader reads the API server: a stale cache (w.stale) is not in its way.
+	reg := registrar.New(w.c, w.direct, &registrar.CachingClientFactory{Timeout: w.cfg.RequestTimeout}, w.cfg)
 	w.events = events.NewFakeRecorder(10000)
 	w.claims = &claim.Reconciler{Registrar: reg, Recorder: w.events}
 	w.seen = nil
@@ -190,6 +193,40 @@ func (w *world) write(obj client.Object, do func() error) error {
 	}
 	defer w.observe()
 	return do()
+}
+
+// loseAddress loses the IPAddress of the claim name in namespace apps: its finalizer taken
+// off by hand, and deleted (or a claim restored without it).
+func (w *world) loseAddress(name string) {
+	w.t.Helper()
+	addr := &ipamv1.IPAddress{}
+	must(w.t, w.direct.Get(w.ctx, client.ObjectKey{Namespace: "apps", Name: name}, addr))
+	addr.Finalizers = nil
+	must(w.t, w.direct.Update(w.ctx, addr))
+	must(w.t, w.direct.Delete(w.ctx, addr))
+	w.observe()
+}
+
+// admit reconciles new claims once: ipamutil's loop adds the release finalizer and ends
+// the reconcile, before the handler sees the claim.
+func (w *world) admit(names ...string) {
+	w.t.Helper()
+	for _, n := range names {
+		res, err := w.claims.Reconcile(w.ctx, ctrl.Request{NamespacedName: client.ObjectKey{Namespace: "apps", Name: n}})
+		c := w.get(claimObj(n, "", nil))
+		if err != nil || !res.IsZero() || !slices.Contains(c.GetFinalizers(), ipamutil.ReleaseAddressFinalizer) {
+			w.t.Fatalf("the first reconcile of claim %s: %+v, %v, finalizers %v; want the release finalizer alone", n, res, err, c.GetFinalizers())
+		}
+	}
+}
+
+// waitOf is the wait a reconcile came to (a RequeueAfter, or an error that is a wait: see
+// claim.WaitOf), and its error if it is not a wait.
+func waitOf(res ctrl.Result, err error) (time.Duration, error) {
+	if d, ok := claim.WaitOf(err); ok {
+		return d, nil
+	}
+	return res.RequeueAfter, err
 }
 
 // setUID gives a new object a UID, as the API server does (the fake client does not).
@@ -241,10 +278,14 @@ func (w *world) observe() {
 	for uid, o := range w.seen {
 		if _, ok := now[uid]; !ok {
 			w.claims.Observe(o, true)
+			w.claims.Cached(o, true)
 		}
 	}
-	for _, o := range now {
+	for uid, o := range now {
 		w.claims.Observe(o, false)
+		if _, ok := w.seen[uid]; !ok {
+			w.claims.Cached(o, false)
+		}
 	}
 	w.seen = now
 }
@@ -287,7 +328,7 @@ func (w *world) pass() (failed bool) {
 	must(w.t, w.direct.List(w.ctx, claims))
 	for _, c := range claims.Items {
 		// A claim that waits comes back later: it has not settled either.
-		if res, err := w.claims.Reconcile(w.ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&c)}); err != nil || res.RequeueAfter > 0 {
+		if wait, err := waitOf(w.claims.Reconcile(w.ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&c)})); err != nil || wait > 0 {
 			failed = true
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"sigs.k8s.io/cluster-api-ipam-provider-in-cluster/pkg/ipamutil"
 	"slices"
 	"sort"
 	"strconv"
@@ -208,6 +209,8 @@ func (r *Reconciler) createClaim(ctx context.Context, svc *corev1.Service, spec 
 			Name:        name,
 			Labels:      map[string]string{ipamv1alpha1.ServiceNameLabel: svc.Name, ipamv1alpha1.IPFamilyLabel: string(fam)},
 			Annotations: ann,
+			// ipamutil's claim loop adds it first otherwise: a write, and a reconcile, fewer.
+			Finalizers: []string{ipamutil.ReleaseAddressFinalizer},
 		},
 		Spec: ipamv1.IPAddressClaimSpec{PoolRef: ipamv1.IPPoolReference{
 			APIGroup: ipamv1alpha1.GroupVersion.Group, Kind: ipamv1alpha1.GlobalVitistackIPPoolKind, Name: pool,
