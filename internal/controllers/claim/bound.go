@@ -18,18 +18,6 @@ import (
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi"
 )
 
-// boundHasWork reports whether bound has more to do for a just-created IPAddress: a change the
-// claim's annotations ask (a pending record is sent as it was made, and never with an intent).
-func (h *Handler) boundHasWork(address *ipamv1.IPAddress) bool {
-	rec, err := record.OnAddress(address.Labels, address.Annotations)
-	if err != nil || rec == nil {
-		return false
-	}
-	cur, _ := record.OnClaim(h.claim.Annotations)
-	c, err := h.toCarry(rec, cur)
-	return err == nil && (c.dropRefusal || c.rotate || c.reregister)
-}
-
 // carry is what a bound claim's own annotations ask of its registered record; only they reach
 // a bound address, never a changed pool or flag.
 type carry struct {

@@ -122,11 +122,10 @@ func (h *Handler) EnsureAddress(ctx context.Context, address *ipamv1.IPAddress) 
 		return nil, err
 	case !res.IsZero():
 		return &res, nil // a bound claim's wait: the loop patches the IPAddress and comes back
-	case !exists && h.boundHasWork(address):
-		// The claim's annotations ask more of the new IPAddress (a change made while it was
-		// registered): bound carries it once the loop has created it.
-		h.Wake.Add(client.ObjectKeyFromObject(h.claim))
 	}
+	// A new IPAddress: the claim's addressRef, once written, brings it back (claimChanged),
+	// and bound says Ready then, and carries what the claim's annotations ask of the address
+	// since it was registered.
 	return nil, nil
 }
 

@@ -73,6 +73,11 @@ func (o outcome) note(typ, reason, action, message string) outcome {
 // report applies an outcome to the claim (patched when the reconcile ends) and returns the
 // reconcile's result: a known wait comes back when it ends, without back-off.
 func (h *Handler) report(ctx context.Context, o outcome) (ctrl.Result, error) {
+	if o.ready == metav1.ConditionTrue && h.creating {
+		// Not before the addressRef: Cluster API's patch helper writes the conditions first,
+		// and a user who waits for Ready reads the addressRef next. The next reconcile says it.
+		o.ready = ""
+	}
 	if o.ready != "" {
 		o.message = note.Truncate(o.message, note.ConditionLimit)
 		// One event per change of the condition, never per retry or resync; none on the

@@ -323,18 +323,28 @@ func (r *Reconciler) sharers(ctx context.Context, o client.Object) []reconcile.R
 // this provider writes itself), the provider's own annotations, or finalizers other than
 // the release finalizer coming or going, so a failing claim is retried with back-off, not
 // at once. ipamutil's loop adds the release finalizer and ends the reconcile: the update
-// brings the claim back.
+// brings the claim back; so does the addressRef it writes once it created the IPAddress
+// (the claim is Ready from then on).
 func claimChanged() predicate.Predicate {
 	return predicate.Funcs{
 		UpdateFunc: func(e event.UpdateEvent) bool {
 			o, n := e.ObjectOld, e.ObjectNew
 			return o.GetGeneration() != n.GetGeneration() ||
+				addressRef(o) == "" && addressRef(n) != "" ||
 				!maps.Equal(userAnnotations(o), userAnnotations(n)) ||
 				!maps.Equal(o.GetLabels(), n.GetLabels()) ||
 				controllerutil.ContainsFinalizer(o, ipamutil.ReleaseAddressFinalizer) != controllerutil.ContainsFinalizer(n, ipamutil.ReleaseAddressFinalizer) ||
 				!o.GetDeletionTimestamp().Equal(n.GetDeletionTimestamp())
 		},
 	}
+}
+
+// addressRef is the name of the IPAddress a claim names as its own ("": none, or not a claim).
+func addressRef(o client.Object) string {
+	if c, ok := o.(*ipamv1.IPAddressClaim); ok {
+		return c.Status.AddressRef.Name
+	}
+	return ""
 }
 
 // userAnnotations are a claim's annotations without those the provider writes itself.
