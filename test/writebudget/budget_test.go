@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"sigs.k8s.io/cluster-api-ipam-provider-in-cluster/pkg/ipamutil"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -263,6 +265,21 @@ func waitBound(g Gomega, ns string, n int) {
 	}).WithTimeout(2 * time.Minute).WithPolling(200 * time.Millisecond).Should(Succeed())
 }
 
+// waitFinalized waits until n claims in ns carry the release finalizer.
+func waitFinalized(g Gomega, ns string, n int) {
+	g.Eventually(func(g Gomega) {
+		list := &ipamv1.IPAddressClaimList{}
+		g.Expect(env.Client.List(ctx, list, client.InNamespace(ns))).To(Succeed())
+		with := 0
+		for i := range list.Items {
+			if slices.Contains(list.Items[i].Finalizers, ipamutil.ReleaseAddressFinalizer) {
+				with++
+			}
+		}
+		g.Expect(with).To(Equal(n))
+	}).WithTimeout(time.Minute).WithPolling(100 * time.Millisecond).Should(Succeed())
+}
+
 // waitInUse waits until the pools' status counts the addresses: the last coalesced
 // status patch went out.
 func waitInUse(g Gomega, ns string, want map[string]int32) {
@@ -363,6 +380,9 @@ func burstUnderANewSecret(t *testing.T, byPool bool) {
 	}
 	const n = 60
 	createClaims(g, ns.Name, pool.Name, "fresh", n, annotations)
+	// ipamutil's loop adds the release finalizer before it looks at the pool (a paused pool
+	// does not hold it back): counted from when every claim has it.
+	waitFinalized(g, ns.Name, n)
 
 	before, err := apicount.Read(ctx, env.Config)
 	g.Expect(err).NotTo(HaveOccurred())
