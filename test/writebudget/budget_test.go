@@ -251,33 +251,31 @@ func createClaims(g Gomega, ns, pool, prefix string, n int, annotations ...map[s
 
 // waitBound waits until n claims of the namespace have an address and are Ready.
 func waitBound(g Gomega, ns string, n int) {
-	g.Eventually(func(g Gomega) {
-		list := &ipamv1.IPAddressClaimList{}
-		g.Expect(env.Client.List(ctx, list, client.InNamespace(ns))).To(Succeed())
-		bound := 0
-		for i := range list.Items {
-			c := &list.Items[i]
-			if c.Status.AddressRef.Name != "" && conditions.IsTrue(c, ipamv1.IPAddressClaimReadyCondition) {
-				bound++
-			}
-		}
-		g.Expect(bound).To(Equal(n))
-	}).WithTimeout(2 * time.Minute).WithPolling(200 * time.Millisecond).Should(Succeed())
+	waitClaims(g, ns, n, 2*time.Minute, func(c *ipamv1.IPAddressClaim) bool {
+		return c.Status.AddressRef.Name != "" && conditions.IsTrue(c, ipamv1.IPAddressClaimReadyCondition)
+	})
 }
 
 // waitFinalized waits until n claims in ns carry the release finalizer.
 func waitFinalized(g Gomega, ns string, n int) {
+	waitClaims(g, ns, n, time.Minute, func(c *ipamv1.IPAddressClaim) bool {
+		return slices.Contains(c.Finalizers, ipamutil.ReleaseAddressFinalizer)
+	})
+}
+
+// waitClaims waits, at most timeout, until exactly n claims of the namespace are as is says.
+func waitClaims(g Gomega, ns string, n int, timeout time.Duration, is func(*ipamv1.IPAddressClaim) bool) {
 	g.Eventually(func(g Gomega) {
 		list := &ipamv1.IPAddressClaimList{}
 		g.Expect(env.Client.List(ctx, list, client.InNamespace(ns))).To(Succeed())
-		with := 0
+		matched := 0
 		for i := range list.Items {
-			if slices.Contains(list.Items[i].Finalizers, ipamutil.ReleaseAddressFinalizer) {
-				with++
+			if is(&list.Items[i]) {
+				matched++
 			}
 		}
-		g.Expect(with).To(Equal(n))
-	}).WithTimeout(time.Minute).WithPolling(100 * time.Millisecond).Should(Succeed())
+		g.Expect(matched).To(Equal(n))
+	}).WithTimeout(timeout).WithPolling(100 * time.Millisecond).Should(Succeed())
 }
 
 // waitInUse waits until the pools' status counts the addresses: the last coalesced
