@@ -236,6 +236,11 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		Clock:                   o.Clock,
 		Monotonic:               o.Monotonic,
 	})
+	// The Secrets and CA bundles protected, listed for every new leader: claims protect
+	// the Secrets they register under (registrar.Secrets.Protect) as the protector does.
+	ledger := &secret.Ledger{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(),
+		Key: types.NamespacedName{Namespace: o.DefaultSecretNamespace, Name: secret.LedgerName}}
+	reg.Secrets.Ledger = ledger
 	if err := mgr.Add(stateMetrics(mgr, reg.InFlight, o.Clock)); err != nil {
 		return errors.Wrap(err, "adding the state metrics")
 	}
@@ -243,17 +248,12 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		return errors.Wrap(err, "setting up the IPAddressClaim controller")
 	}
 	if err := (&secret.Protector{
-		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Secrets: reg.Secrets, Wake: reg.Wake, Asks: reg.Secrets.Protected.Ask,
-		Resync: o.SecretRecheckInterval,
-		Ledger: &secret.Ledger{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(),
-			Key: types.NamespacedName{Namespace: o.DefaultSecretNamespace, Name: secret.LedgerName}},
+		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Secrets: reg.Secrets, Wake: reg.Wake,
+		Resync: o.SecretRecheckInterval, Ledger: ledger,
 	}).SetupWithManager(ctx, mgr); err != nil {
 		return errors.Wrap(err, "setting up the Secret protector")
 	}
-	if err := (&secret.CABundles{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(),
-		Ledger: &secret.Ledger{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(),
-			Key: types.NamespacedName{Namespace: o.DefaultSecretNamespace, Name: secret.LedgerName}},
-	}).SetupWithManager(ctx, mgr); err != nil {
+	if err := (&secret.CABundles{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Ledger: ledger}).SetupWithManager(ctx, mgr); err != nil {
 		return errors.Wrap(err, "setting up the CA bundle protector")
 	}
 	for _, kind := range []string{ipamv1alpha1.VitistackIPPoolKind, ipamv1alpha1.GlobalVitistackIPPoolKind} {

@@ -3,62 +3,30 @@ package registrar
 import (
 	"maps"
 	"sync"
-	"time"
 
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/clock"
 
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/record"
 )
 
 // Protected is the set of Secret keys the Secret protector has protected and
-// fingerprinted, so it is not asked again for every record that names them. A read of
-// a Secret that finds it not ready drops it, and the next record that names it, or the
-// next claim that waits for it (AskFor), asks again. The zero value is empty and ready
-// to use.
+// fingerprinted, so it is not enqueued again for every record that names them. A read
+// of a Secret that finds it not ready drops it, and the next record that names it
+// enqueues the protector again. The zero value is empty and ready to use.
 type Protected struct {
-	// Ask takes the Secrets that claims wait for to the Secret protector; nil: nobody
-	// is asked (the protector is enqueued by records only).
-	Ask *Queue
-	// Clock times the asks; nil: the host's.
-	Clock clock.PassiveClock
-
 	mu   sync.Mutex
 	keys map[types.NamespacedName]map[string]bool
 	// changed is, by Secret, the keys whose value the protector last found changed
 	// since their fingerprint was taken (absent: not looked at since this process
 	// started, or let go).
 	changed map[types.NamespacedName]map[string]bool
-	// asked is when the protector was last asked to look at a Secret.
-	asked map[types.NamespacedName]time.Time
-	// failures is the protector's last failure to look at a Secret, by Secret.
-	failures map[types.NamespacedName]error
 }
-
-// askAgain is how often the claims waiting for a Secret ask the protector again.
-const askAgain = time.Second
 
 // Has reports whether ref's Secret key was protected.
 func (p *Protected) Has(ref record.ObjectRef) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.keys[ref.ObjectKey()][ref.Key]
-}
-
-// AskFor asks the protector to look at a Secret that a claim waits for, once a second
-// at most whoever waits. An ask before the protector runs is dropped: the next one gets
-// through.
-func (p *Protected) AskFor(secret types.NamespacedName) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	clk := OrHost(p.Clock)
-	if p.Ask == nil || clk.Since(p.asked[secret]) < askAgain || !p.Ask.Add(secret) {
-		return
-	}
-	if p.asked == nil || len(p.asked) > 1024 {
-		p.asked = map[types.NamespacedName]time.Time{}
-	}
-	p.asked[secret] = clk.Now()
 }
 
 // Changed reports what the protector's last look at ref's Secret found: whether the
@@ -110,27 +78,4 @@ func (p *Protected) Set(secret types.NamespacedName, keys []string) {
 		m[k] = true
 	}
 	p.keys[secret] = m
-}
-
-// Tried records how the protector's last look at a Secret ended (nil: it did not
-// fail), for the claims that wait for it to say why they still do (Failure).
-func (p *Protected) Tried(secret types.NamespacedName, err error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if err == nil {
-		delete(p.failures, secret)
-		return
-	}
-	if p.failures == nil || len(p.failures) > 1024 {
-		p.failures = map[types.NamespacedName]error{}
-	}
-	p.failures[secret] = err
-}
-
-// Failure is the protector's last failure to look at a Secret, if its last look
-// failed.
-func (p *Protected) Failure(secret types.NamespacedName) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.failures[secret]
 }

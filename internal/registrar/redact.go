@@ -1,9 +1,13 @@
 package registrar
 
 import (
+	"context"
 	"encoding/json"
 
+	"github.com/pkg/errors"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/record"
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi"
@@ -52,3 +56,21 @@ func RedactSecret(err error, secs ...*corev1.Secret) error {
 type redactedError string
 
 func (e redactedError) Error() string { return string(e) }
+
+// PatchSecret writes sec (read as before) with a merge patch locked to the version read.
+// A refusal (an admission webhook's, say) may quote the Secret as it was sent, as it was,
+// and as it is stored when the patch reaches the webhook (admission comes before the
+// optimistic lock's check, so it may have changed since it was read): all their values
+// are cut out of the error, which says what was being done. Conflicts and NotFound come
+// back as they are.
+func PatchSecret(ctx context.Context, w client.Writer, r client.Reader, sec, before *corev1.Secret, doing string) error {
+	err := w.Patch(ctx, sec, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
+	if err == nil || apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+		return err
+	}
+	now := &corev1.Secret{}
+	if r.Get(ctx, client.ObjectKeyFromObject(before), now) != nil {
+		now = nil
+	}
+	return RedactSecret(errors.Wrapf(err, "%s Secret %s/%s", doing, before.Namespace, before.Name), sec, before, now)
+}

@@ -33,8 +33,8 @@ type Registrar struct {
 	// InFlight keeps requests for one identity or address from overlapping.
 	InFlight *InFlight
 	// Wake brings claims to the claim controller from outside its own watches: the
-	// Secret protector wakes the claims that wait for a Secret it has protected, and
-	// those of a Secret whose value it found changed.
+	// Secret protector wakes those of a Secret whose value it found changed, or back as
+	// it was.
 	Wake *Queue
 
 	clusterIDMu   sync.Mutex
@@ -44,8 +44,6 @@ type Registrar struct {
 // New builds a Registrar.
 func New(c client.Client, reader client.Reader, clients ClientFactory, cfg Config) *Registrar {
 	secrets := &Secrets{Reader: reader, Writer: c, Default: cfg.DefaultSecret}
-	secrets.Protected.Ask = &Queue{}
-	secrets.Protected.Clock = cfg.Ticks()
 	return &Registrar{
 		Client:   c,
 		Reader:   reader,

@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -76,11 +77,23 @@ func (s *Secret) Changed() bool {
 	return s.Fingerprint != "" && s.Fingerprint != record.Fingerprint([]byte(s.Value))
 }
 
-// Ready reports whether new registrations may be made under the Secret: it is protected and
-// fingerprinted with its present value by the Secret controller, not being let go by it,
-// and not being deleted.
-func (s *Secret) Ready() bool {
+// ready reports whether new registrations may be made under the Secret: it is protected and
+// fingerprinted with its present value, not being let go by the Secret protector, and not
+// being deleted.
+func (s *Secret) ready() bool {
 	return s.Protected && !s.Deleting && !s.LettingGo && s.Fingerprint == record.Fingerprint([]byte(s.Value))
+}
+
+// Usable reports whether a request may go out under the Secret's value: a new
+// registration (forRelease false) only under a ready one (below); a release, or a request about
+// an address registered under it, only under the value its fingerprint was taken of (a
+// request under another value would find nothing, and abandon the address). The one rule
+// for every request the provider sends under a Secret.
+func (s *Secret) Usable(forRelease bool) bool {
+	if !forRelease {
+		return s.ready()
+	}
+	return s.Fingerprint != "" && !s.Changed()
 }
 
 // Secrets reads IPAM-API secrets and CA bundles uncached (the manager needs no cluster-wide
@@ -88,12 +101,21 @@ func (s *Secret) Ready() bool {
 type Secrets struct {
 	// Reader reads Secrets and ConfigMaps uncached.
 	Reader client.Reader
-	// Writer creates the default secret.
+	// Writer creates the default secret and writes the protection of Secrets (Protect).
 	Writer client.Writer
 	// Default is the provider's default secret.
 	Default types.NamespacedName
 	// Protected is what the Secret protector last made sure of.
 	Protected Protected
+	// Ledger lists a Secret before Protect gives it the secret-in-use finalizer, so
+	// that every new leader's Secret protector looks at it again (nil: not listed).
+	Ledger Ledger
+}
+
+// Ledger lists the Secrets and CA bundles the provider protects with its finalizers.
+type Ledger interface {
+	// Set lists the Secret (listed) or takes it off the list.
+	Set(ctx context.Context, secret types.NamespacedName, listed bool) error
 }
 
 // Get reads the Secret ref points at, with one uncached GET. With createDefault, a
@@ -117,8 +139,65 @@ func (s *Secrets) Get(ctx context.Context, ref record.ObjectRef, createDefault b
 	if err != nil {
 		return nil, err
 	}
-	if !out.Ready() {
+	if !out.ready() {
 		s.Protected.Set(ref.ObjectKey(), nil) // the protector is asked again by the next record naming it
+	}
+	return out, nil
+}
+
+// Protect makes ref's Secret ready for new registrations and returns it as the API server
+// has it then. Its caller has written the record that names the Secret first. Read
+// uncached, a Secret without the secret-in-use finalizer or the fingerprint of ref's key
+// gets them (the fingerprint of its value now), listed in the ledger before; one the
+// Secret protector is letting go loses the letting-go mark in the same write. The write is
+// locked to the version read and tried again after a conflict: either the protector's
+// last uncached look for records finds the caller's record, or its own write is refused
+// (two-phase letting go, see SecretLettingGoAnnotation). A Secret being deleted, or whose
+// value changed since its fingerprint, is returned as it is, not usable: nothing new is
+// registered under it. A refusal's text has the Secret's values cut out.
+func (s *Secrets) Protect(ctx context.Context, ref record.ObjectRef) (*Secret, error) {
+	var out *Secret
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		sec := &corev1.Secret{}
+		if err := s.Reader.Get(ctx, ref.ObjectKey(), sec); err != nil {
+			if apierrors.IsNotFound(err) {
+				return &SecretNotFoundError{Ref: ref}
+			}
+			return errors.Wrapf(err, "reading Secret %s/%s", ref.Namespace, ref.Name)
+		}
+		got, err := secretFrom(ref, sec)
+		if err != nil || got.ready() || got.Deleting || got.Changed() {
+			out = got
+			return err
+		}
+		if s.Ledger != nil {
+			if err := s.Ledger.Set(ctx, ref.ObjectKey(), true); err != nil {
+				return err
+			}
+		}
+		before := sec.DeepCopy()
+		if sec.Annotations == nil {
+			sec.Annotations = map[string]string{}
+		}
+		fp := record.Fingerprints(sec.Annotations)
+		if _, ok := fp[ref.Key]; !ok {
+			fp[ref.Key] = record.Fingerprint([]byte(got.Value))
+		}
+		record.SetFingerprints(sec.Annotations, fp)
+		delete(sec.Annotations, ipamv1alpha1.SecretLettingGoAnnotation)
+		controllerutil.AddFinalizer(sec, ipamv1alpha1.SecretInUseFinalizer)
+		err = PatchSecret(ctx, s.Writer, s.Reader, sec, before, "protecting")
+		switch {
+		case apierrors.IsNotFound(err):
+			return &SecretNotFoundError{Ref: ref}
+		case err != nil:
+			return err
+		}
+		out, err = secretFrom(ref, sec)
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }

@@ -558,8 +558,8 @@ func TestChaosIPAMAPIFaults(t *testing.T) {
 	var echo *secretEcho
 	ns, secretValue := chaosPools(t, "chaos-api", "10.61.0.0/22", "10.61.0.1", func(ns string) { echo = startSecretEcho(t, ns) })
 	// Should the protector have got there before kube-apiserver loaded the webhook, its
-	// protection is taken off again: its next attempt, which a waiting claim asks for,
-	// meets the webhook.
+	// protection is taken off again: the next attempt, the first claim's own, meets the
+	// webhook.
 	g.Eventually(func(g Gomega) {
 		if echo.refusals.Load() > 0 {
 			return

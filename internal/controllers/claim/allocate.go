@@ -256,44 +256,48 @@ func secretChanged(sec *registrar.Secret) outcome {
 		"provider rotates registered addresses)", sec.Ref.Namespace, sec.Ref.Name, sec.Ref.Key))
 }
 
-// writePending records the registration with a new attempt time, once the Secret it
-// names is protected; before that, the record without one, which asks the Secret
-// protector for the protection, and the claim waits for it (awaitProtection).
+// writePending records the registration with a new attempt time, under a Secret that is
+// ready for it. A Secret the claim's record names for the first time, or one not ready
+// (not yet protected, or being let go by the Secret protector), is protected once the
+// record names it (protect): a record not ready to be sent is written first as it is,
+// then again with its attempt time.
 //
 // A record's attempt time is set only when a request goes out under it: a record
 // without one was never sent, so the first answer to it is known to be the first (a
 // "no prefixes" then proves nothing is held), and a claim deleted meanwhile has
 // nothing to release.
 func (h *Handler) writePending(ctx context.Context, reg *record.Registration, sec *registrar.Secret) *outcome {
-	ready, written := sec.Ready(), h.recordWritten(reg)
-	if ready {
-		// Each request goes out under an attempt time of its own, recorded first; a refusal
-		// noted before is for other inputs.
-		reg.Attempt, written = h.InFlight.AttemptTime(), false
+	// Each request goes out under an attempt time of its own, recorded first; a refusal
+	// noted before is for other inputs.
+	attempt := func() *outcome {
+		reg.Attempt = h.InFlight.AttemptTime()
 		h.refusals.Delete(h.claimKey())
+		if err := h.writeRecord(ctx, reg); err != nil {
+			return stop(transient(err))
+		}
+		return nil
+	}
+	prev, _ := record.OnClaim(h.written.Annotations)
+	named := prev != nil && prev.Secret.Equal(reg.Secret)
+	if sec.Usable(false) {
+		if o := attempt(); o != nil || named {
+			return o
+		}
+	} else if !h.recordWritten(reg) {
+		if err := h.writeRecord(ctx, reg); err != nil {
+			return stop(transient(err))
+		}
 	}
 	// The Secret protector lets a Secret go only after a last, uncached look for records
-	// (two-phase: see SecretLettingGoAnnotation): a record that names the Secret for the
-	// first time is written before a last read of the Secret, so that either this read sees
-	// the protector letting it go, or the protector's look sees the record.
-	prev, _ := record.OnClaim(h.written.Annotations)
-	confirm := ready && !written && (prev == nil || !prev.Secret.Equal(reg.Secret))
-	if !written {
-		if err := h.writeRecord(ctx, reg, nil); err != nil {
-			return stop(transient(err))
-		}
+	// (two-phase: see SecretLettingGoAnnotation): the record that names the Secret is
+	// written before this last read (and write) of the Secret, so that either it sees the
+	// protector letting the Secret go and takes it back, or the protector's look sees the
+	// record.
+	if o := h.protect(ctx, reg.Secret, sec); o != nil {
+		return o
 	}
-	if confirm {
-		again, err := h.Secrets.Get(ctx, reg.Secret, false)
-		switch {
-		case err != nil:
-			return stop(transient(err))
-		case !again.Ready() || again.Value != sec.Value:
-			return stop(h.awaitProtection(again))
-		}
-	}
-	if !ready {
-		return stop(h.awaitProtection(sec))
+	if !sec.Usable(false) {
+		return attempt()
 	}
 	return nil
 }
@@ -325,7 +329,7 @@ func (h *Handler) registered(ctx context.Context, address *ipamv1.IPAddress, reg
 		// must have consented. If not, the claim records what it holds (so it is released
 		// as registered, and waits without asking the IPAM-API again) and waits.
 		if o := h.heldForUs(ctx, reg); o != nil {
-			if err := h.writeRecord(ctx, reg, nil); err != nil {
+			if err := h.writeRecord(ctx, reg); err != nil {
 				return transient(err)
 			}
 			return *o
@@ -390,7 +394,7 @@ func (h *Handler) registerFailed(ctx context.Context, reg *record.Registration, 
 		o := failed(ipamv1.IPAddressClaimReadyPoolExhaustedReason,
 			fmt.Sprintf("zone %s has no free %s address left: %s; the claim is retried with back-off", reg.Zone, reg.Family, msg))
 		if nothingHeld && reg.Phase != record.PhaseRegistered { // a fixed annotation, pool or secret is used next time
-			if err := h.writeRecord(ctx, nil, nil); err != nil {
+			if err := h.writeRecord(ctx, nil); err != nil {
 				return transient(err)
 			}
 			h.forget()

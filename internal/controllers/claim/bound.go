@@ -128,7 +128,7 @@ func (h *Handler) bound(ctx context.Context, address *ipamv1.IPAddress) outcome 
 	}
 	done = h.ignored(done, rec)
 	if c.dropRefusal {
-		if err := h.writeRecord(ctx, h.withRefusal(rec, ""), nil); err != nil {
+		if err := h.writeRecord(ctx, h.withRefusal(rec, "")); err != nil {
 			return transient(err)
 		}
 		done.drop = append(done.drop, ipamv1alpha1.ClaimSecretRotatedCondition)
@@ -192,7 +192,7 @@ func (h *Handler) registerBound(ctx context.Context, api ipamapi.Client, rec, on
 			onClaim.Attempt = last.Add(time.Nanosecond)
 		}
 	}
-	if err := h.writeRecord(ctx, onClaim, nil); err != nil {
+	if err := h.writeRecord(ctx, onClaim); err != nil {
 		return err
 	}
 	_, err := h.InFlight.Register(ctx, api, h.claim.UID, onClaim, req)
@@ -232,11 +232,11 @@ func (h *Handler) owner(ctx context.Context, rec *record.Registration) (ipamapi.
 	if err != nil {
 		return nil, nil, stop(transient(err))
 	}
-	if sec.Fingerprint == "" {
-		return nil, nil, stop(transient(errors.Errorf("waiting for Secret %s/%s to be fingerprinted by the provider", sec.Ref.Namespace, sec.Ref.Name)))
-	}
-	if sec.Changed() {
+	switch {
+	case sec.Changed():
 		return nil, nil, stop(secretChanged(sec).retryIn(h.secretRecheck()))
+	case !sec.Usable(true):
+		return nil, nil, stop(transient(errors.Errorf("waiting for Secret %s/%s to be fingerprinted by the provider", sec.Ref.Namespace, sec.Ref.Name)))
 	}
 	return api, sec, nil
 }
@@ -251,7 +251,7 @@ func (h *Handler) rotate(ctx context.Context, address *ipamv1.IPAddress, rec, wa
 	// is not, so fixing it retries. One event per change of the condition.
 	refusedRotation := func(msg string, remember bool) outcome {
 		if remember {
-			if err := h.writeRecord(ctx, h.withRefusal(rec, want.Secret.String()), nil); err != nil {
+			if err := h.writeRecord(ctx, h.withRefusal(rec, want.Secret.String())); err != nil {
 				return transient(err)
 			}
 		}
@@ -280,22 +280,24 @@ func (h *Handler) rotate(ctx context.Context, address *ipamv1.IPAddress, rec, wa
 	if o != nil {
 		return *o
 	}
-	// Before anything is asked or the new Secret is protected: the protector follows records.
-	// Written before a last read of the Secret, as a registration's record is (two-phase
-	// letting go): either that read sees the protector letting it go, or the protector sees
-	// the intent.
+	// Before anything is asked or the new Secret is protected: written before a last read
+	// (and write) of the Secret, as a registration's record is (two-phase letting go):
+	// either that read sees the protector letting it go and takes it back, or the
+	// protector sees the intent.
 	intent := h.withRefusal(rec, "")
 	intent.RotatingTo = want.Secret
-	if cur, _ := record.OnClaim(h.claim.Annotations); cur == nil || !cur.RotatingTo.Equal(want.Secret) {
-		if err := h.writeRecord(ctx, intent, nil); err != nil {
+	if cur, _ := record.OnClaim(h.claim.Annotations); cur == nil || !cur.RotatingTo.Equal(want.Secret) || !next.Usable(false) {
+		if err := h.writeRecord(ctx, intent); err != nil {
 			return transient(err)
 		}
-		if next, err = h.Secrets.Get(ctx, want.Secret, false); err != nil {
+		again, err := h.Secrets.Protect(ctx, want.Secret)
+		if err != nil {
 			return transient(err)
 		}
-	}
-	if !next.Ready() {
-		return transient(errors.Errorf("waiting for Secret %s/%s to be protected before %s is rotated to it", next.Ref.Namespace, next.Ref.Name, rec.Address))
+		if !again.Usable(false) || again.Value != next.Value {
+			return transient(errors.Errorf("Secret %s/%s changed while it was being protected; reading it again before %s is rotated to it",
+				next.Ref.Namespace, next.Ref.Name, rec.Address))
+		}
 	}
 	req := rec.Request(old.Value)
 	req.NewSecret = next.Value
@@ -331,7 +333,7 @@ func (h *Handler) finishRotation(ctx context.Context, address *ipamv1.IPAddress,
 		rec.WriteTo(address.Labels, address.Annotations) // the intent goes once the IPAddress shows it
 		return h.rotated(allocated(address.Spec.Address), rec, old), false
 	}
-	if err := h.writeRecord(ctx, h.withRefusal(rec, ""), nil); err != nil {
+	if err := h.writeRecord(ctx, h.withRefusal(rec, "")); err != nil {
 		return transient(err), false
 	}
 	return outcome{}, true
@@ -374,9 +376,9 @@ func (h *Handler) ownedBy(ctx context.Context, rec *record.Registration, ref rec
 	if err != nil {
 		return false, err
 	}
-	// Releasing, a Secret being deleted that is still protected with its value will do.
-	usable := sec.Ready() || releasing && sec.Protected && !sec.Changed() && sec.Fingerprint != ""
-	if !usable {
+	// Releasing, a Secret being deleted will do while it has the value it was
+	// fingerprinted with; otherwise the question is a registration under it.
+	if !sec.Usable(releasing) {
 		// Its answer would be ambiguous with another value, or unprotected: wait.
 		return false, errors.Errorf("Secret %s/%s is not protected with an unchanged value; waiting", ref.Namespace, ref.Name)
 	}

@@ -35,28 +35,16 @@ type Handler struct {
 // it is bound, released, gone, or holds nothing.
 func (h *Handler) forget() { h.InFlight.Forget(h.claim.UID) }
 
-// writeRecord saves the claim's record (nil: removes it) and the annotations in set (nil:
-// removed) now, in one patch with the rest of the unwritten metadata, such as a new claim's
-// finalizer. On failure the claim's annotations stay as they were.
-func (h *Handler) writeRecord(ctx context.Context, reg *record.Registration, set map[string]*string) error {
+// writeRecord saves the claim's record (nil: removes it) now, in one patch with the rest
+// of the unwritten metadata, such as a new claim's finalizer. On failure the claim's
+// annotations stay as they were.
+func (h *Handler) writeRecord(ctx context.Context, reg *record.Registration) error {
 	before := maps.Clone(h.claim.Annotations)
 	if reg != nil {
 		reg.SetOn(h.claim)
 	} else {
 		record.Remove(h.claim)
 	}
-	ann := h.claim.Annotations
-	if ann == nil {
-		ann = map[string]string{}
-	}
-	for k, v := range set {
-		if v == nil {
-			delete(ann, k)
-		} else {
-			ann[k] = *v
-		}
-	}
-	h.claim.Annotations = ann
 	if err := h.patchMetadata(ctx); err != nil {
 		h.claim.Annotations = before
 		return errors.Wrap(err, "recording the registration on the claim")

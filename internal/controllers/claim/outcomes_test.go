@@ -229,10 +229,9 @@ func TestRefusedClaimsGoOnOnceFixed(t *testing.T) {
 	})
 }
 
-// A claim's first reconcile often meets its Secret before the Secret controller has
-// protected it: the pending record goes out, nothing is sent. The first request sent
-// later is then still the first under that record, and a claim deleted before it has
-// nothing to release.
+// A claim whose Secret cannot be protected yet (a policy refuses its finalizer) has its
+// pending record written, and sends nothing. The first request sent later is then still
+// the first under that record, and a claim deleted before it has nothing to release.
 func TestSecretNotProtectedYet(t *testing.T) {
 	reconcile := func(w *world, name string) {
 		_, _ = w.claims.Reconcile(w.ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(claimObj(name, "", nil))})
@@ -245,6 +244,8 @@ func TestSecretNotProtectedYet(t *testing.T) {
 	t.Run("deleted before anything was sent", func(t *testing.T) {
 		w := newWorld(t)
 		pools(w)
+		denied := true
+		w.claims.Secrets.Writer = refuseSecretPatches(w.c, &denied, func(*corev1.Secret) string { return "a policy forbids finalizers on Secrets" })
 		w.create(claimObj("c", "routed", map[string]string{ipamv1alpha1.SecretAnnotation: "old"}))
 		w.admit("c")
 		reconcile(w, "c")
@@ -263,7 +264,7 @@ func TestSecretNotProtectedYet(t *testing.T) {
 		w.create(&ipamv1alpha1.VitistackIPPool{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "v6"},
 			Spec: ipamv1alpha1.VitistackIPPoolSpec{Zone: "hnet-private", IPFamily: ipamv1alpha1.IPv6}})
 		w.create(claimObj("c", "v6", nil))
-		w.settle() // not protected at the first pass, protected at the second
+		w.settle() // its record first, then the Secret's protection, then the record sent
 		if reg := recordOf(w, "c"); reg != nil {
 			t.Errorf("the refused claim keeps the record %+v: its only request proved nothing is held", reg)
 		}

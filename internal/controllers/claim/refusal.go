@@ -28,7 +28,7 @@ func (h *Handler) refuse(ctx context.Context, o outcome, secretVersion string, r
 	}
 	_, recorded := h.claim.Annotations[ipamv1alpha1.RegistrationAnnotation]
 	if keep == nil && recorded || keep != nil && !h.recordWritten(keep) {
-		if err := h.writeRecord(ctx, keep, nil); err != nil {
+		if err := h.writeRecord(ctx, keep); err != nil {
 			return transient(err)
 		}
 	}

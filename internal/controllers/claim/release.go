@@ -74,12 +74,12 @@ func (h *Handler) release(ctx context.Context) outcome {
 			"removing the claim's %s finalizer instead abandons the address in the IPAM-API", nf.Error(), "ipam.cluster.x-k8s.io/ReleaseAddress"))
 	case err != nil:
 		return releaseFailed(err.Error())
-	case sec.Fingerprint == "":
-		return releaseFailed(fmt.Sprintf("waiting for Secret %s/%s to be fingerprinted by the provider", sec.Ref.Namespace, sec.Ref.Name))
 	case sec.Changed():
 		return releaseWaits(fmt.Sprintf("the value of Secret %s/%s key %s changed since %s was registered under it: restore it, "+
 			"and the address is released; releasing with the new value would find nothing and abandon the address", sec.Ref.Namespace,
 			sec.Ref.Name, sec.Ref.Key, orPending(reg.Address)), h.secretRecheck())
+	case !sec.Usable(true):
+		return releaseFailed(fmt.Sprintf("waiting for Secret %s/%s to be fingerprinted by the provider", sec.Ref.Namespace, sec.Ref.Name))
 	}
 
 	if reg.Phase != record.PhaseRegistered {
@@ -105,7 +105,7 @@ func (h *Handler) release(ctx context.Context) outcome {
 		// first like every registration: should its answer be lost too, the next process
 		// waits it out from now, not from the first attempt.
 		reg.Attempt = h.InFlight.AttemptTime()
-		if err := h.writeRecord(ctx, reg, nil); err != nil {
+		if err := h.writeRecord(ctx, reg); err != nil {
 			return releaseFailed(err.Error())
 		}
 		res, err := h.InFlight.Register(ctx, api, h.claim.UID, reg, reg.Request(sec.Value))

@@ -199,7 +199,7 @@ func (h *Handler) decline(ctx context.Context, api ipamapi.Client, sec *registra
 		}
 	}
 	reg.Phase, reg.Attempt = record.PhaseDeclining, h.InFlight.AttemptTime()
-	if err := h.writeRecord(ctx, reg, nil); err != nil {
+	if err := h.writeRecord(ctx, reg); err != nil {
 		return transient(err)
 	}
 	// Given back with the claim's retention: a hold this identity had retained from an
@@ -227,7 +227,7 @@ func (h *Handler) skip(ctx context.Context, reg *record.Registration) outcome {
 	}
 	// The record stays, without an address: it keeps the Secret protected for the next.
 	reg.Address, reg.Phase, reg.Attempt = "", record.PhasePending, time.Time{}
-	if err := h.writeRecord(ctx, reg, nil); err != nil {
+	if err := h.writeRecord(ctx, reg); err != nil {
 		return transient(err)
 	}
 	h.forget()
@@ -240,7 +240,7 @@ func (h *Handler) setRecordIfAny(ctx context.Context, reg *record.Registration) 
 		if _, ok := h.claim.Annotations[ipamv1alpha1.RegistrationAnnotation]; !ok {
 			return nil
 		}
-		return h.writeRecord(ctx, nil, nil)
+		return h.writeRecord(ctx, nil)
 	}
-	return h.writeRecord(ctx, reg, nil)
+	return h.writeRecord(ctx, reg)
 }

@@ -162,6 +162,7 @@ func (w *world) start() {
 	w.observe()
 	w.protector = &secret.Protector{Client: w.c, Reader: w.c, Secrets: reg.Secrets,
 		Ledger: &secret.Ledger{Client: w.c, Reader: w.c, Key: types.NamespacedName{Namespace: "provider", Name: secret.LedgerName}}}
+	reg.Secrets.Ledger = w.protector.Ledger
 	w.dead = false
 }
 

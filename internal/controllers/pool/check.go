@@ -24,8 +24,9 @@ type target struct {
 	reg    record.Registration
 	api    ipamapi.Client
 	secret ipamapi.Secret
-	// ready: the Secret was protected with this value when read (see registrar.Secret.Ready).
-	ready bool
+	// closed: the Secret was being deleted, or its value had changed since its
+	// fingerprint, when read: nothing new is registered under it.
+	closed bool
 }
 
 // target resolves what the pool's checks need, or says why it cannot (a check).
@@ -56,7 +57,7 @@ func (r *Reconciler) target(ctx context.Context, pool ipamv1alpha1.Pool) (*targe
 		}
 		return nil, &check{ipamv1alpha1.PoolReadyIPAMAPIUnreachableReason, err.Error()}
 	}
-	return &target{reg: *reg, api: api, secret: sec.Value, ready: sec.Ready()}, nil
+	return &target{reg: *reg, api: api, secret: sec.Value, closed: sec.Deleting || sec.Changed()}, nil
 }
 
 // check asks the IPAM-API whether it accepts the pool's zone, family and secret, with

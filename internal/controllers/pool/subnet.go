@@ -31,12 +31,12 @@ const subnetProbeServiceName = "vitistack-ipam-subnet-probe"
 // it on the pool in between. It runs after the pool's readiness check passed.
 //
 // The registration goes under the Secret as a claim's does: the record first, then a
-// last, uncached read of the Secret, which must be protected with this value, and not
-// being deleted or let go. The Secret protector lets go in two phases (it marks the
-// Secret, then looks for records uncached): either this read sees the mark, or the
-// protector sees the record. Otherwise the protector could let the Secret go while the
-// check registers under it, and its address could never be given back, nor the pool
-// deleted.
+// last, uncached read of the Secret, which is protected then if it is not
+// (registrar.Secrets.Protect), with this value. The Secret protector lets go in two
+// phases (it marks the Secret, then looks for records uncached): either this read sees
+// the mark and takes the Secret back, or the protector sees the record. Otherwise the
+// protector could let the Secret go while the check registers under it, and its address
+// could never be given back, nor the pool deleted.
 func (r *Reconciler) checkSubnet(ctx context.Context, pool ipamv1alpha1.Pool, t *target) (outside *check, checked, soon bool) {
 	if t == nil {
 		return nil, false, false
@@ -56,19 +56,25 @@ func (r *Reconciler) checkSubnet(ctx context.Context, pool ipamv1alpha1.Pool, t 
 		ctrl.LoggerFrom(ctx).V(1).Info("Not checking the pool's subnet against its zone yet", "reason", err.Error())
 		return nil, false, true
 	}
-	if !t.ready {
-		// Not protected with this value yet (a moment after the pool appears), or being
-		// deleted or let go: nothing is registered under it.
-		ctrl.LoggerFrom(ctx).V(1).Info("Not checking the pool's subnet against its zone yet: its Secret is not protected", "secret", reg.Secret.String())
+	if t.closed {
+		// Being deleted, or its value changed: nothing is registered under it.
+		ctrl.LoggerFrom(ctx).V(1).Info("Not checking the pool's subnet against its zone: its Secret is being deleted or its value changed",
+			"secret", reg.Secret.String())
 		return nil, false, true
 	}
 	if err := r.setProbe(ctx, pool, &probe); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Not checking the pool's subnet against its zone")
 		return nil, false, false
 	}
-	if sec, err := r.Secrets.Get(ctx, reg.Secret, false); err != nil || !sec.Ready() || sec.Value != secret {
-		// The protector is letting it go (or the value changed): take the record off, unsent.
-		ctrl.LoggerFrom(ctx).V(1).Info("Not checking the pool's subnet against its zone: its Secret is being let go", "secret", reg.Secret.String())
+	// The record is written before the Secret's last read (and write), as a claim's is
+	// (registrar.Secrets.Protect: two-phase letting go).
+	if sec, err := r.Secrets.Protect(ctx, reg.Secret); err != nil || !sec.Usable(false) || sec.Value != secret {
+		// Not protected (the error says why), or it changed meanwhile: the record goes, unsent.
+		reason := "its Secret changed"
+		if err != nil {
+			reason = err.Error()
+		}
+		ctrl.LoggerFrom(ctx).V(1).Info("Not checking the pool's subnet against its zone yet", "secret", reg.Secret.String(), "reason", reason)
 		if err := r.setProbe(ctx, pool, nil); err != nil {
 			ctrl.LoggerFrom(ctx).Error(err, "Taking the record of the pool's subnet check off")
 		}

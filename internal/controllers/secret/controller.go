@@ -46,17 +46,13 @@ type Protector struct {
 	// Secrets are the claims' Secret reads: their Protected is told what the protector
 	// has made sure of; nil: every record that names a Secret enqueues it.
 	Secrets *registrar.Secrets
-	// Wake takes claims to the claim controller: those that wait for a Secret key the
-	// protector has just protected, and those whose Secret's value it found changed, or
-	// back as it was; nil: none (waiting claims look again on their own).
+	// Wake takes claims to the claim controller: those whose Secret's value it found
+	// changed, or back as it was; nil: none.
 	Wake *registrar.Queue
 	// Ledger lists the Secrets the protector has protected, for the next leader to look
 	// at again; nil: none (a Secret whose last record goes while no leader runs keeps
 	// its protection).
 	Ledger *Ledger
-	// Asks brings the Secrets that waiting claims ask the protector to look at
-	// (registrar.Protected's Ask); nil: none.
-	Asks *registrar.Queue
 	// Resync is how often a protected Secret is looked at again without an event
 	// (Secrets are not watched): a finalizer or fingerprint someone stripped comes back,
 	// and a value changed in place shows on the claims bound under it. Zero: a minute.
@@ -72,9 +68,6 @@ func (p *Protector) SetupWithManager(ctx context.Context, mgr ctrl.Manager) erro
 		Watches(&ipamv1.IPAddress{}, p.recordsChanged()).
 		Watches(&ipamv1alpha1.VitistackIPPool{}, p.recordsChanged()).
 		Watches(&ipamv1alpha1.GlobalVitistackIPPool{}, p.recordsChanged())
-	if p.Asks != nil {
-		b = b.WatchesRawSource(p.Asks.Source())
-	}
 	if p.Ledger != nil {
 		b = b.WatchesRawSource(p.Ledger.Sweep(false))
 	}
@@ -179,8 +172,6 @@ func (p *Protector) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 	if p.Secrets == nil {
 		return res, err
 	}
-	// The claims that wait for the Secret say why, should this keep failing.
-	p.Secrets.Protected.Tried(req.NamespacedName, err)
 	if err != nil {
 		return res, err
 	}
@@ -188,42 +179,8 @@ func (p *Protector) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 		p.Secrets.Protected.Set(req.NamespacedName, nil) // gone: a Secret made again under the name is not protected
 		return res, p.valueChanged(ctx, req.NamespacedName, nil, nil)
 	}
-	var newly []string // the keys protected since the last look
-	for _, k := range ready {
-		if !p.Secrets.Protected.Has(record.ObjectRef{Namespace: req.Namespace, Name: req.Name, Key: k}) {
-			newly = append(newly, k)
-		}
-	}
 	p.Secrets.Protected.Set(req.NamespacedName, ready)
-	if err := p.wakeWaiting(ctx, req.NamespacedName, newly); err != nil {
-		return res, err
-	}
 	return res, p.valueChanged(ctx, req.NamespacedName, sec, ready)
-}
-
-// wakeWaiting wakes the claims that wait for keys of the Secret that are protected now: the
-// unbound claims whose pending record names one of them and was never sent (no attempt time).
-// They are found through the index of records, not kept in memory; a claim not woken looks
-// again on its own a moment later.
-func (p *Protector) wakeWaiting(ctx context.Context, secret types.NamespacedName, keys []string) error {
-	if len(keys) == 0 || p.Wake == nil {
-		return nil
-	}
-	claims, err := p.claimsNaming(ctx, secret)
-	if err != nil {
-		return err
-	}
-	var woken []types.NamespacedName
-	for i := range claims {
-		c := &claims[i]
-		reg, err := record.OnClaim(c.Annotations)
-		if err == nil && reg != nil && reg.Attempt.IsZero() && c.Status.AddressRef.Name == "" &&
-			reg.Secret.ObjectKey() == secret && slices.Contains(keys, reg.Secret.Key) {
-			woken = append(woken, client.ObjectKeyFromObject(c))
-		}
-	}
-	p.Wake.Add(woken...)
-	return nil
 }
 
 // valueChanged tells the claims whose records name the Secret (bound ones too, which
@@ -363,15 +320,13 @@ func (p *Protector) protect(ctx context.Context, req ctrl.Request) (ctrl.Result,
 	return res, sec, ready, nil
 }
 
-// patch writes the Secret's protection (sec, read as before), locked to the version read.
-// done: the reconcile ends here with res and err (a conflict comes back soon; a Secret gone
-// is unlisted). A webhook's refusal may quote the Secret, new and old: its values and
-// fingerprints are cut out, as the error reaches the log and the waiting claims'
-// conditions. Admission comes before the optimistic lock's check, so the Secret may have
-// changed since it was read: its values now are cut too.
+// patch writes the Secret's protection (sec, read as before), locked to the version read
+// (registrar.PatchSecret: a refusal's text has the Secret's values cut out, as it reaches
+// the log). done: the reconcile ends here with res and err (a conflict comes back soon;
+// a Secret gone is unlisted).
 func (p *Protector) patch(ctx context.Context, key types.NamespacedName, sec, before *corev1.Secret, res ctrl.Result, doing string) (
 	ctrl.Result, bool, error) {
-	err := p.Client.Patch(ctx, sec, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
+	err := registrar.PatchSecret(ctx, p.Client, p.Reader, sec, before, doing)
 	switch {
 	case err == nil:
 		return res, false, nil
@@ -380,11 +335,7 @@ func (p *Protector) patch(ctx context.Context, key types.NamespacedName, sec, be
 	case apierrors.IsNotFound(err):
 		return res, true, p.list(ctx, key, false)
 	}
-	now := &corev1.Secret{}
-	if p.Reader.Get(ctx, key, now) != nil {
-		now = nil
-	}
-	return res, true, registrar.RedactSecret(errors.Wrapf(err, "%s Secret %s", doing, key), sec, before, now)
+	return res, true, err
 }
 
 // resync is the result of a reconcile that looks at the Secret again after the resync
