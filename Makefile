@@ -169,6 +169,13 @@ build: ## Build the manager and the IPAM-API stand-in into bin/ (static, as the 
 		$(GO_BUILD) build -trimpath -o $(IPAM_API_SIM) ./cmd/ipam-api-sim; \
 		$(GO_BUILD) build -trimpath -o $(BIN)/quickstart ./hack/quickstart' 
 
+IMAGE_ARCHIVE := $(BIN)/images/manager.tar
+.PHONY: image
+image: ## Write the image IMG as an OCI archive, bin/images/manager.tar, without a container engine (the Dockerfile's layout; load it with ctr images import, docker load or kind load image-archive).
+	GOOS=linux $(GO_STATIC) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o $(BIN)/images/manager ./cmd/manager
+	$(GO_STATIC) run -trimpath ./hack/image --binary $(BIN)/images/manager --tag $(IMG) --out $(IMAGE_ARCHIVE)
+	@echo "Wrote $(IMG) to $(IMAGE_ARCHIVE)"
+
 .PHONY: docker-build
 docker-build: ## Build the image IMG (default ghcr.io/vitistack/cluster-api-ipam-provider-vitistack:VERSION; needs a Docker engine, which CI lacks: it checks the binary instead).
 	docker build --build-arg VERSION=$(VERSION) -t $(IMG) .
