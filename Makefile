@@ -205,17 +205,18 @@ local-repository: release-manifests $(KUSTOMIZE) ## Write out/repository/: an of
 ##@ Testing
 
 # The e2e suite runs on its own after the others: its processes and waits should not
-# compete for the 2 cores with the envtest suites.
-GO_PACKAGES_BUT_E2E = $$(go list ./... | grep -v -e /test/e2e -e /test/simulation)
+# compete for the 2 cores with the envtest suites. The node suite (test/node) runs only
+# through make test-node.
+GO_PACKAGES_BUT_E2E = $$(go list ./... | grep -v -e /test/e2e -e /test/simulation -e /test/node)
 # The packages whose tests start a control plane (envtest or test/e2e's processes): the
 # ones that differ from one Kubernetes version to the next.
 CONTROL_PLANE_PACKAGES_BUT_E2E = $$(go list -test -f '{{if .ForTest}}{{.ForTest}} {{join .Deps " "}}{{end}}' ./... | \
-	awk '/sigs.k8s.io\/controller-runtime\/pkg\/envtest( |$$)|internal\/localcluster( |$$)/ {print $$1}' | sort -u | grep -v /test/e2e)
+	awk '/sigs.k8s.io\/controller-runtime\/pkg\/envtest( |$$)|internal\/localcluster( |$$)/ {print $$1}' | sort -u | grep -v -e /test/e2e -e /test/node)
 # The fast tier: packages with tests that start no control plane (fake clients,
 # interceptors, the stand-in in process). Seconds; nothing to build first.
 UNIT_PACKAGES = $$(go list -test -f '{{if .ForTest}}{{.ForTest}} {{join .Deps " "}}{{end}}' ./... | \
 	awk '/sigs.k8s.io\/controller-runtime\/pkg\/envtest( |$$)|internal\/localcluster( |$$)/ {cp[$$1]=1} {all[$$1]=1} \
-	END {for (p in all) if (!cp[p]) print p}' | sort -u | grep -v -e /test/e2e -e /test/simulation)
+	END {for (p in all) if (!cp[p]) print p}' | sort -u | grep -v -e /test/e2e -e /test/simulation -e /test/node)
 
 # The seeded simulation of every controller (test/simulation) runs without -race: one
 # goroutine runs at a time there, and the race detector makes it five times slower.
@@ -256,8 +257,9 @@ test-kube: test-assets e2e-assets $(TESTREPORT) $(PROMETHEUS) $(HELM) $(PREVIOUS
 E2E_ON_OLDEST := ^Test(Init|Clusterctl|HelmChart|ChartUpgrades|WorkloadFlavour|ClaimsOfACluster|ClaimWithoutCluster|ExhaustedZone)
 
 .PHONY: ci
-ci: ## What CI runs (.ci/run): make test on the newest Kubernetes, then make test-kube on the oldest (its e2e tests of installs, upgrades and claims).
+ci: ## What CI runs (.ci/run): make test on the newest Kubernetes and make test-node (as root), then make test-kube on the oldest (its e2e tests of installs, upgrades and claims).
 	$(MAKE) test KUBE_VERSION=$(KUBE_VERSION_NEWEST)
+	$(MAKE) test-node
 	$(MAKE) test-kube KUBE_VERSION=$(KUBE_VERSION_OLDEST) RUN='$(E2E_ON_OLDEST)'
 
 .PHONY: test-unit
@@ -297,6 +299,32 @@ test-chaos: test-assets e2e-assets $(PROMETHEUS) $(HELM) $(PREVIOUS_MANAGER) ## 
 .PHONY: test-e2e
 test-e2e: test-assets e2e-assets $(PROMETHEUS) $(HELM) $(PREVIOUS_MANAGER) ## Only the end-to-end tests (clusterctl, manager process, control planes); RUN=regexp picks some.
 	$(GO_TEST) -count=1 -timeout $(TEST_TIMEOUT) -v $(if $(RUN),-run '$(RUN)') ./test/e2e/
+
+# The node: a kubelet and kube-proxy of KUBE_VERSION_NEWEST, containerd, runc and nft
+# from Debian's packages, the CNI plugins and the images it runs (see test/node).
+KUBELET := $(BIN)/k8s/$(KUBE_VERSION_NEWEST)/kubelet
+KUBE_PROXY := $(BIN)/k8s/$(KUBE_VERSION_NEWEST)/kube-proxy
+KUBE_SCHEDULER := $(BIN)/k8s/$(KUBE_VERSION_NEWEST)/kube-scheduler
+CNI_DIR := $(BIN)/cni
+CNI_PLUGINS := $(addprefix $(CNI_DIR)/,bridge host-local loopback portmap)
+PAUSE_IMAGE := $(BIN)/images/pause.tar
+METALLB_SPEAKER := $(BIN)/metallb-speaker
+METALLB_VERSION = $(shell awk '$$1 == "require" && $$2 == "go.universe.tf/metallb" {print $$3}' hack/tools/metallb/go.mod)
+METALLB_IMAGES := $(BIN)/images/metallb-controller.tar $(BIN)/images/metallb-speaker.tar
+export E2E_KUBELET := $(KUBELET)
+export E2E_KUBE_PROXY := $(KUBE_PROXY)
+export E2E_CNI := $(CNI_DIR)
+export E2E_IMAGES := $(IMAGE_ARCHIVE) $(PAUSE_IMAGE) $(METALLB_IMAGES)
+export E2E_METALLB_MANIFEST := $(BIN)/metallb-native.yaml
+
+.PHONY: test-node
+test-node: node-assets e2e-assets $(HELM) $(TESTREPORT) ## The tests on a node (kubelet, containerd, kube-proxy: the shipped image in Pods, Helm, MetalLB announcing) on the newest Kubernetes; as root, in network namespaces of their own; RUN=regexp picks some.
+	@$(PROGRESS) "Running the node suite (~3 min)" -- env KUBEBUILDER_ASSETS=$(BIN)/k8s/$(KUBE_VERSION_NEWEST) \
+		$(GO_TEST_REPORTED) -count=1 -timeout 20m $(if $(RUN),-run '$(RUN)') ./test/node/
+
+.PHONY: node-assets
+node-assets: image $(KUBELET) $(KUBE_PROXY) $(KUBE_SCHEDULER) $(CNI_PLUGINS) $(PAUSE_IMAGE) $(METALLB_IMAGES) ## Build what the node runs: kube-scheduler, kubelet, kube-proxy, CNI plugins, images (the manager's, pause, MetalLB's); install containerd, runc and nft from Debian's packages if missing.
+	@hack/node-packages.sh
 
 .PHONY: test-assets
 test-assets: $(TEST_ASSETS) ## Build kube-apiserver, kube-controller-manager and etcd into bin/ (cached).
@@ -408,6 +436,48 @@ $(KUBE_APISERVER): hack/tools/kube/$(KUBE_VERSION)/go.mod
 $(KUBECTL): hack/tools/kube/$(KUBE_VERSION)/go.mod
 	@cd hack/tools/kube/$(KUBE_VERSION) && $(PROGRESS) "Building kubectl $(KUBE_VERSION) from source into bin/ (first run only, ~1 min)" -- \
 		$(GO_BUILD) build -ldflags "$(TOOL_LDFLAGS) $(KUBE_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/kubectl
+
+$(KUBELET): hack/tools/kube/$(KUBE_VERSION_NEWEST)/go.mod
+	@cd hack/tools/kube/$(KUBE_VERSION_NEWEST) && $(PROGRESS) "Building kubelet $(KUBE_VERSION_NEWEST) from source into bin/ (first run only, ~4 min on 2 cores)" -- \
+		$(GO_BUILD) build -ldflags "$(TOOL_LDFLAGS) $(KUBE_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/kubelet
+
+$(KUBE_PROXY): hack/tools/kube/$(KUBE_VERSION_NEWEST)/go.mod
+	@cd hack/tools/kube/$(KUBE_VERSION_NEWEST) && $(PROGRESS) "Building kube-proxy $(KUBE_VERSION_NEWEST) from source into bin/ (first run only, ~1 min)" -- \
+		$(GO_BUILD) build -ldflags "$(TOOL_LDFLAGS) $(KUBE_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/kube-proxy
+
+$(KUBE_SCHEDULER): hack/tools/kube/$(KUBE_VERSION_NEWEST)/go.mod
+	@cd hack/tools/kube/$(KUBE_VERSION_NEWEST) && $(PROGRESS) "Building kube-scheduler $(KUBE_VERSION_NEWEST) from source into bin/ (first run only, ~1 min)" -- \
+		$(GO_BUILD) build -ldflags "$(TOOL_LDFLAGS) $(KUBE_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/kube-scheduler
+
+$(CNI_DIR)/%: hack/tools/cni/go.mod
+	@cd hack/tools/cni && $(PROGRESS) "Building the CNI plugin $* from source into bin/cni/ (first run only)" -- \
+		$(GO_BUILD) build -trimpath -ldflags "$(TOOL_LDFLAGS)" -o $@ github.com/containernetworking/plugins/plugins/$(CNI_PATH_$*)
+CNI_PATH_bridge := main/bridge
+CNI_PATH_host-local := ipam/host-local
+CNI_PATH_loopback := main/loopback
+CNI_PATH_portmap := meta/portmap
+
+# MetalLB's speaker, and both its images with MetalLB's own names, which its manifest
+# (copied to bin/metallb-native.yaml) runs; the speaker as root, as MetalLB's image runs it.
+$(METALLB_SPEAKER): hack/tools/metallb/go.mod
+	@cd hack/tools/metallb && $(PROGRESS) "Building MetalLB's speaker from source into bin/ (first run only, ~1 min)" -- \
+		$(GO_BUILD) build -trimpath -ldflags "$(TOOL_LDFLAGS)" -o $@ go.universe.tf/metallb/speaker
+	@cp "$$(cd hack/tools/metallb && go list -m -f '{{.Dir}}' go.universe.tf/metallb)"/config/manifests/metallb-native.yaml $(BIN)/ && \
+		chmod u+w $(BIN)/metallb-native.yaml
+
+$(BIN)/images/metallb-controller.tar: $(METALLB) $(wildcard hack/image/*.go)
+	@mkdir -p $(BIN)/images
+	$(GO_STATIC) run -trimpath ./hack/image --binary $(METALLB) --entrypoint /controller --ca-certificates "" --tag quay.io/metallb/controller:$(METALLB_VERSION) --out $@
+
+$(BIN)/images/metallb-speaker.tar: $(METALLB_SPEAKER) $(wildcard hack/image/*.go)
+	@mkdir -p $(BIN)/images
+	$(GO_STATIC) run -trimpath ./hack/image --binary $(METALLB_SPEAKER) --entrypoint /speaker --user 0:0 --ca-certificates "" --tag quay.io/metallb/speaker:$(METALLB_VERSION) --out $@
+
+# The node's Pod sandbox image, from hack/pause.
+$(PAUSE_IMAGE): $(wildcard hack/pause/*.go) $(wildcard hack/image/*.go)
+	@mkdir -p $(BIN)/images
+	$(GO_STATIC) build -trimpath -ldflags "-s -w" -o $(BIN)/images/pause ./hack/pause
+	$(GO_STATIC) run -trimpath ./hack/image --binary $(BIN)/images/pause --entrypoint /pause --ca-certificates "" --tag registry.k8s.io/pause:3.10 --out $@
 
 $(KUBE_CONTROLLER_MANAGER): hack/tools/kube/$(KUBE_VERSION)/go.mod
 	@cd hack/tools/kube/$(KUBE_VERSION) && $(PROGRESS) "Building kube-controller-manager $(KUBE_VERSION) from source into bin/ (first run only, ~4 min on 2 cores)" -- \

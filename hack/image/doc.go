@@ -6,5 +6,7 @@
 // is an OCI image layout in a tar file, named by its org.opencontainers.image.ref.name
 // and io.containerd.image.name annotations, which `ctr images import`, `docker load`
 // (Docker 25 and later), `podman load` and `kind load image-archive` read. Every file's
-// time is SOURCE_DATE_EPOCH (else 1970), so the same binary gives the same archive.
+// time is SOURCE_DATE_EPOCH (else 1970), so the same binary gives the same archive. The
+// test node's other images (its pause image, say) are written the same way with
+// --entrypoint.
 package main

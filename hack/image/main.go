@@ -32,13 +32,18 @@ const nonroot = 65532
 // for them on Linux.
 const caFile = "/etc/ssl/certs/ca-certificates.crt"
 
+// manager is where the Dockerfile puts the manager.
+const manager = "/manager"
+
 func main() {
 	var o options
-	flag.StringVar(&o.binary, "binary", "", "the static manager binary (CGO_ENABLED=0)")
+	flag.StringVar(&o.binary, "binary", "", "the static binary (CGO_ENABLED=0): the manager, unless --entrypoint says otherwise")
 	flag.StringVar(&o.tag, "tag", "", "the image's name and tag, e.g. ghcr.io/vitistack/cluster-api-ipam-provider-vitistack:v0.2.0")
 	flag.StringVar(&o.out, "out", "", "the OCI archive to write")
 	flag.StringVar(&o.caCerts, "ca-certificates", caFile, "the CA certificates to ship (empty: none)")
 	flag.StringVar(&o.arch, "arch", runtime.GOARCH, "the binary's architecture")
+	flag.StringVar(&o.user, "user", "65532:65532", "the user:group the image runs as (distroless' nonroot; MetalLB's speaker, which sends ARP answers, runs as 0:0)")
+	flag.StringVar(&o.entrypoint, "entrypoint", manager, "where the binary goes in the image, run as its entrypoint (the test node's other images: /pause, say); only the manager's image carries this project's labels")
 	flag.Parse()
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "image:", err)
@@ -46,11 +51,20 @@ func main() {
 	}
 }
 
-type options struct{ binary, tag, out, caCerts, arch string }
+type options struct{ binary, tag, out, caCerts, arch, entrypoint, user string }
 
 func run(o options) error {
 	if o.binary == "" || o.tag == "" || o.out == "" {
 		return errors.New("--binary, --tag and --out are required")
+	}
+	if o.entrypoint == "" {
+		o.entrypoint = manager
+	}
+	if o.user == "" {
+		o.user = "65532:65532"
+	}
+	if !strings.HasPrefix(o.entrypoint, "/") || strings.Count(o.entrypoint, "/") != 1 {
+		return errors.Errorf("--entrypoint %q: want a file in the image's root, such as /manager", o.entrypoint)
 	}
 	ref, err := name.NewTag(o.tag)
 	if err != nil {
@@ -92,7 +106,7 @@ type file struct {
 func build(o options, epoch time.Time) (v1.Image, error) {
 	bin, err := os.ReadFile(o.binary)
 	if err != nil {
-		return nil, errors.Wrap(err, "reading the manager binary")
+		return nil, errors.Wrap(err, "reading the binary")
 	}
 	if err := static(bin); err != nil {
 		return nil, errors.Wrapf(err, "%s", o.binary)
@@ -105,7 +119,7 @@ func build(o options, epoch time.Time) (v1.Image, error) {
 		{path: "etc/group", mode: 0o644, data: []byte("root:x:0:\nnobody:x:65534:\nnonroot:x:65532:\n")},
 		{path: "home", mode: 0o755},
 		{path: "home/nonroot", mode: 0o700, uid: nonroot, gid: nonroot},
-		{path: "manager", mode: 0o755, data: bin},
+		{path: strings.TrimPrefix(o.entrypoint, "/"), mode: 0o755, data: bin},
 		{path: "tmp", mode: 0o1777},
 	}
 	if o.caCerts != "" {
@@ -128,7 +142,7 @@ func build(o options, epoch time.Time) (v1.Image, error) {
 	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
 	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
 	img, err = mutate.Append(img, mutate.Addendum{Layer: layer, History: v1.History{
-		Created: v1.Time{Time: epoch}, CreatedBy: "hack/image: the manager on distroless static's nonroot layout", Comment: "make image"}})
+		Created: v1.Time{Time: epoch}, CreatedBy: "hack/image: " + o.entrypoint + " on distroless static's nonroot layout", Comment: "make image"}})
 	if err != nil {
 		return nil, errors.Wrap(err, "adding the layer")
 	}
@@ -138,13 +152,15 @@ func build(o options, epoch time.Time) (v1.Image, error) {
 	}
 	cf = cf.DeepCopy()
 	cf.OS, cf.Architecture, cf.Created = "linux", o.arch, v1.Time{Time: epoch}
-	cf.Config.User = "65532:65532"
-	cf.Config.Entrypoint = []string{"/manager"}
+	cf.Config.User = o.user
+	cf.Config.Entrypoint = []string{o.entrypoint}
 	cf.Config.WorkingDir = "/home/nonroot"
 	cf.Config.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "SSL_CERT_FILE=" + caFile}
-	cf.Config.Labels = map[string]string{
-		"org.opencontainers.image.source": "https://github.com/vitistack/cluster-api-ipam-provider-vitistack",
-		"org.opencontainers.image.title":  "cluster-api-ipam-provider-vitistack",
+	if o.entrypoint == manager {
+		cf.Config.Labels = map[string]string{
+			"org.opencontainers.image.source": "https://github.com/vitistack/cluster-api-ipam-provider-vitistack",
+			"org.opencontainers.image.title":  "cluster-api-ipam-provider-vitistack",
+		}
 	}
 	img, err = mutate.ConfigFile(img, cf)
 	return img, errors.Wrap(err, "writing the config")

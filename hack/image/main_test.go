@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 )
@@ -98,29 +99,10 @@ func TestTheArchiveIsTheDockerfilesImage(t *testing.T) {
 		t.Error("writing the archive twice from the same binary gave two archives")
 	}
 
-	p, err := layout.FromPath(untar(t, out))
-	if err != nil {
-		t.Fatalf("the archive is not an OCI image layout: %v", err)
-	}
-	idx, err := p.ImageIndex()
-	if err != nil {
-		t.Fatal(err)
-	}
-	im, err := idx.IndexManifest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(im.Manifests) != 1 {
-		t.Fatalf("the layout holds %d manifests, want 1", len(im.Manifests))
-	}
-	desc := im.Manifests[0]
+	img, desc := openImage(t, out)
 	ref, _ := name.NewTag(tag)
 	if desc.Annotations["io.containerd.image.name"] != ref.Name() || desc.Annotations["org.opencontainers.image.ref.name"] != "v0.2.0-test" {
 		t.Errorf("the image is named %v; want io.containerd.image.name %s and ref.name v0.2.0-test", desc.Annotations, ref.Name())
-	}
-	img, err := idx.Image(desc.Digest)
-	if err != nil {
-		t.Fatal(err)
 	}
 	cf, err := img.ConfigFile()
 	if err != nil {
@@ -175,6 +157,63 @@ func TestTheArchiveIsTheDockerfilesImage(t *testing.T) {
 	}
 	if !strings.Contains(files["etc/passwd"].data, "nonroot:x:65532:65532:") || !strings.Contains(files["etc/group"].data, "nonroot:x:65532:") {
 		t.Errorf("/etc/passwd or /etc/group does not name nonroot 65532:\n%s\n%s", files["etc/passwd"].data, files["etc/group"].data)
+	}
+}
+
+// openImage reads the archive out as a container runtime does: an OCI layout with one
+// image.
+func openImage(t *testing.T, out string) (v1.Image, v1.Descriptor) {
+	t.Helper()
+	p, err := layout.FromPath(untar(t, out))
+	if err != nil {
+		t.Fatalf("the archive is not an OCI image layout: %v", err)
+	}
+	idx, err := p.ImageIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	im, err := idx.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(im.Manifests) != 1 {
+		t.Fatalf("the layout holds %d manifests, want 1", len(im.Manifests))
+	}
+	img, err := idx.Image(im.Manifests[0].Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img, im.Manifests[0]
+}
+
+// The node's other images (pause, MetalLB's) are written the same way: the binary at
+// --entrypoint, run as --user, without this project's labels or CA certificates when
+// none are asked for. An entrypoint outside the image's root is refused.
+func TestAnotherBinaryGetsItsEntrypointAndUser(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "speaker.tar")
+	if err := run(options{binary: staticBinary(t), tag: "quay.io/metallb/speaker:v0.15.2", out: out, arch: "amd64",
+		entrypoint: "/speaker", user: "0:0"}); err != nil {
+		t.Fatal(err)
+	}
+	img, _ := openImage(t, out)
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cf.Config.User != "0:0" || !slices.Equal(cf.Config.Entrypoint, []string{"/speaker"}) || len(cf.Config.Labels) != 0 {
+		t.Errorf("config: user %q, entrypoint %v, labels %v; want 0:0, [/speaker], none", cf.Config.User, cf.Config.Entrypoint, cf.Config.Labels)
+	}
+	var names []string
+	tr := tar.NewReader(mutate.Extract(img))
+	for h, err := tr.Next(); err == nil; h, err = tr.Next() {
+		names = append(names, strings.TrimSuffix(h.Name, "/"))
+	}
+	if !slices.Contains(names, "speaker") || slices.Contains(names, "manager") || slices.Contains(names, "etc/ssl") {
+		t.Errorf("the image holds %v; want /speaker, no /manager, no CA certificates", names)
+	}
+	err = run(options{binary: staticBinary(t), tag: "example.org/x:v1", out: out, arch: "amd64", entrypoint: "/usr/bin/x"})
+	if err == nil || !strings.Contains(err.Error(), "--entrypoint") {
+		t.Errorf("--entrypoint /usr/bin/x: %v; want a refusal naming the flag", err)
 	}
 }
 

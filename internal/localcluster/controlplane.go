@@ -52,10 +52,28 @@ type ControlPlane struct {
 	managers    int
 	certDir     string
 	caBundle    []byte
+	// nodeControllers: kube-controller-manager runs every controller (a node's), and
+	// kube-scheduler runs.
+	nodeControllers bool
+	scheduler       *Process
 }
 
 // StartControlPlane starts a control plane whose files and logs live in dir/name.
 func StartControlPlane(dir, name string, p Paths) (*ControlPlane, error) {
+	return startControlPlane(dir, name, p, "")
+}
+
+// StartNodeControlPlane starts a control plane that a node's Pods use as a cluster's
+// do: kube-apiserver serves on nodeIP:6443 with a certificate for the kubernetes
+// Service's address, admits Pods with their service account's token, and calls
+// webhooks at their Pods' addresses (there is no Service routing on its host);
+// kube-controller-manager runs every controller and publishes the CA to every
+// namespace; kube-scheduler places Pods. Only inside a network namespace of the test's own (EnterNetworkNamespace).
+func StartNodeControlPlane(dir, name string, p Paths, nodeIP string) (*ControlPlane, error) {
+	return startControlPlane(dir, name, p, nodeIP)
+}
+
+func startControlPlane(dir, name string, p Paths, nodeIP string) (*ControlPlane, error) {
 	dir = filepath.Join(dir, name)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, errors.Wrap(err, "creating the control plane's directory")
@@ -83,13 +101,20 @@ func StartControlPlane(dir, name string, p Paths) (*ControlPlane, error) {
 	api.CertDir = filepath.Join(dir, "kube-apiserver")
 	// Dual-stack Services, as on the clusters the Service controller serves.
 	api.Configure().Set("service-cluster-ip-range", "10.96.0.0/16,fd00:10:96::/112")
+	if nodeIP != "" {
+		if err := forPods(api, nodeIP); err != nil {
+			_ = apiLog.Close()
+			return nil, err
+		}
+	}
 	cfg, err := env.Start()
 	if err != nil {
 		_ = apiLog.Close()
 		return nil, errors.Wrapf(err, "starting etcd and kube-apiserver (see %s)", apiLog.Name())
 	}
 	cp := &ControlPlane{Name: name, Dir: dir, Config: cfg, paths: p, env: env, apiLog: apiLog,
-		Kubeconfig: filepath.Join(dir, "kubeconfig"), ClusterctlConfig: p.ClusterctlConfig(), ManagerBinary: p.Manager}
+		Kubeconfig: filepath.Join(dir, "kubeconfig"), ClusterctlConfig: p.ClusterctlConfig(), ManagerBinary: p.Manager,
+		nodeControllers: nodeIP != ""}
 	if err := clientcmd.WriteToFile(*KubeconfigFor(cfg, name), cp.Kubeconfig); err != nil {
 		cp.Stop()
 		return nil, errors.Wrap(err, "writing the kubeconfig")
@@ -100,9 +125,16 @@ func StartControlPlane(dir, name string, p Paths) (*ControlPlane, error) {
 		cp.Stop()
 		return nil, errors.Wrap(err, "creating a client")
 	}
-	if cp.kcm, err = StartControllerManager(dir, p.Assets, cp.Kubeconfig, nil); err != nil {
+	if cp.kcm, err = startControllerManager(dir, p.Assets, cp.Kubeconfig, nodeIP != ""); err != nil {
 		cp.Stop()
 		return nil, err
+	}
+	if nodeIP != "" {
+		if cp.scheduler, err = startProcess(dir, "kube-scheduler", nil, nil, filepath.Join(p.Assets, "kube-scheduler"),
+			"--kubeconfig="+cp.Kubeconfig, "--leader-elect=false", "--secure-port=0", "--v=1"); err != nil {
+			cp.Stop()
+			return nil, err
+		}
 	}
 	return cp, nil
 }
@@ -192,7 +224,7 @@ func waitPortFree(hostPort string) error {
 func (c *ControlPlane) restartControllerManager() error {
 	c.kcm.Stop()
 	var err error
-	c.kcm, err = StartControllerManager(c.Dir, c.paths.Assets, c.Kubeconfig, nil)
+	c.kcm, err = startControllerManager(c.Dir, c.paths.Assets, c.Kubeconfig, c.nodeControllers)
 	return err
 }
 
@@ -201,6 +233,20 @@ func (c *ControlPlane) restartControllerManager() error {
 func StartControllerManager(dir, assets, kubeconfig string, also io.Writer) (*Process, error) {
 	return startProcess(dir, "kube-controller-manager", also, nil, filepath.Join(assets, "kube-controller-manager"),
 		"--kubeconfig="+kubeconfig, "--controllers=garbagecollector,namespace",
+		"--leader-elect=false", "--secure-port=0", "--use-service-account-credentials=false", "--v=1")
+}
+
+// startControllerManager is StartControllerManager, or, for a node's control plane,
+// kube-controller-manager with every controller a cluster runs (Deployments,
+// EndpointSlices, service accounts, the CA in every namespace, node lifecycle).
+func startControllerManager(dir, assets, kubeconfig string, forNode bool) (*Process, error) {
+	if !forNode {
+		return StartControllerManager(dir, assets, kubeconfig, nil)
+	}
+	certs := filepath.Join(dir, "kube-apiserver")
+	return startProcess(dir, "kube-controller-manager", nil, nil, filepath.Join(assets, "kube-controller-manager"),
+		"--kubeconfig="+kubeconfig, "--controllers=*", "--root-ca-file="+filepath.Join(certs, nodeCAFile),
+		"--service-account-private-key-file="+filepath.Join(certs, "sa-signer.key"),
 		"--leader-elect=false", "--secure-port=0", "--use-service-account-credentials=false", "--v=1")
 }
 
@@ -217,6 +263,7 @@ func KubeconfigFor(cfg *rest.Config, name string) *clientcmdapi.Config {
 
 // Stop stops kube-controller-manager, kube-apiserver and etcd.
 func (c *ControlPlane) Stop() {
+	c.scheduler.Stop()
 	c.kcm.Stop()
 	if c.env != nil {
 		_ = c.env.Stop()

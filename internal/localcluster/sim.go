@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/pkg/errors"
@@ -22,15 +24,22 @@ type Sim struct {
 
 // StartSim starts the stand-in on free loopback ports, its log in dir.
 func StartSim(dir string, p Paths, also io.Writer, args ...string) (*Sim, error) {
+	return StartSimOn(dir, "127.0.0.1", p, also, args...)
+}
+
+// StartSimOn starts the stand-in on free ports of host (NodeIP: where a node's Pods
+// reach it), its log in dir.
+func StartSimOn(dir, host string, p Paths, also io.Writer, args ...string) (*Sim, error) {
 	var s *Sim
 	err := onFreePorts(2, func(ports []int) error {
 		port, debug := ports[0], ports[1]
+		listen, debugListen := net.JoinHostPort(host, strconv.Itoa(port)), net.JoinHostPort(host, strconv.Itoa(debug))
 		proc, err := startProcess(dir, "ipam-api-sim", also, nil, p.Sim,
-			append([]string{"--listen", hostPort(port), "--debug-listen", hostPort(debug)}, args...)...)
+			append([]string{"--listen", listen, "--debug-listen", debugListen}, args...)...)
 		if err != nil {
 			return err
 		}
-		s = &Sim{Process: proc, URL: httpURL(port), DebugURL: httpURL(debug)}
+		s = &Sim{Process: proc, URL: "http://" + listen, DebugURL: "http://" + debugListen}
 		if err := waitFor(proc, 30*time.Second, "answer on "+s.DebugURL, func() error {
 			_, err := s.Stats(context.Background())
 			return err

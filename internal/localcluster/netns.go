@@ -1,0 +1,156 @@
+package localcluster
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/pkg/errors"
+	"golang.org/x/sys/unix"
+)
+
+// The node's network: everything a node test runs lives in two network namespaces the
+// test makes itself, joined by one veth pair and linked to nothing else: the node
+// (control plane, containerd, kubelet, kube-proxy, the IPAM-API stand-in, and the Pods'
+// bridge) and a client host on the node's link. No packet can leave them: the node's
+// default route points at the client host, which has no route on.
+const (
+	// NodeIP is the node's address on its link; kube-apiserver serves on it.
+	NodeIP = "10.250.0.10"
+	// ClientIP is the client host's address on the node's link.
+	ClientIP = "10.250.0.2"
+	// NodeLink is the node's link, whose free addresses a LoadBalancer pool may hand
+	// out: MetalLB's speaker answers ARP for them there.
+	NodeLink = "10.250.0.0/24"
+	// PodCIDR is the Pods' range on the node's bridge.
+	PodCIDR = "10.244.0.0/24"
+
+	netnsEnv = "LOCALCLUSTER_NODE_NETNS"
+)
+
+// NodeNamespaces are the two network namespaces of a node test.
+type NodeNamespaces struct{ Node, Client string }
+
+// InNodeNamespace reports the namespaces this process runs in, if RunInNodeNamespace
+// started it.
+func InNodeNamespace() (NodeNamespaces, bool) {
+	v := os.Getenv(netnsEnv)
+	if v == "" {
+		return NodeNamespaces{}, false
+	}
+	return NodeNamespaces{Node: v, Client: v + "-client"}, true
+}
+
+// RunInNodeNamespace makes the node's and the client host's network namespaces (named
+// prefix-<pid>), runs this program again, with the same arguments, inside the node's,
+// and removes both when it ends; it returns the program's exit code. Needs root, ip
+// (iproute2) and nsenter (util-linux). Only the network namespace changes: mounts,
+// cgroups and processes are the machine's, as a node's are.
+func RunInNodeNamespace(prefix string) (int, error) {
+	ns := NodeNamespaces{Node: fmt.Sprintf("%s-%d", prefix, os.Getpid())}
+	ns.Client = ns.Node + "-client"
+	defer func() {
+		_ = exec.Command("ip", "netns", "delete", ns.Client).Run()
+		_ = exec.Command("ip", "netns", "delete", ns.Node).Run()
+	}()
+	if err := ns.setUp(); err != nil {
+		return 1, err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return 1, errors.Wrap(err, "finding this program")
+	}
+	cmd := exec.Command("nsenter", append([]string{"--net=" + ns.path(ns.Node), "--", self}, os.Args[1:]...)...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.Env = append(os.Environ(), netnsEnv+"="+ns.Node)
+	err = cmd.Run()
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		return exit.ExitCode(), nil
+	}
+	if err != nil {
+		return 1, errors.Wrap(err, "running inside the node's network namespace")
+	}
+	return 0, nil
+}
+
+func (NodeNamespaces) path(name string) string { return filepath.Join("/run/netns", name) }
+
+// setUp makes both namespaces and their link: the node's eth0 (NodeIP, its default
+// route the client host), the client host's eth0 (ClientIP, no route beyond its link),
+// both loopbacks up, and forwarding on in the node (its Pods, Services and
+// LoadBalancer addresses are routed there).
+func (ns NodeNamespaces) setUp() error {
+	steps := [][]string{
+		{"netns", "add", ns.Node},
+		{"netns", "add", ns.Client},
+		{"-n", ns.Node, "link", "set", "lo", "up"},
+		{"-n", ns.Client, "link", "set", "lo", "up"},
+		{"-n", ns.Node, "link", "add", "eth0", "type", "veth", "peer", "name", "eth0", "netns", ns.Client},
+		{"-n", ns.Node, "addr", "add", NodeIP + "/24", "dev", "eth0"},
+		{"-n", ns.Client, "addr", "add", ClientIP + "/24", "dev", "eth0"},
+		{"-n", ns.Node, "link", "set", "eth0", "up"},
+		{"-n", ns.Client, "link", "set", "eth0", "up"},
+		{"-n", ns.Node, "route", "add", "default", "via", ClientIP},
+	}
+	for _, s := range steps {
+		if out, err := exec.Command("ip", s...).CombinedOutput(); err != nil {
+			return errors.Errorf("ip %s: %v: %s", strings.Join(s, " "), err, out)
+		}
+	}
+	// /proc/sys/net is the reading process's network namespace's.
+	for _, sysctl := range []string{"net/ipv4/ip_forward", "net/bridge/bridge-nf-call-iptables"} {
+		out, err := exec.Command("nsenter", "--net="+ns.path(ns.Node), "--", "sh", "-c",
+			"echo 1 > /proc/sys/"+sysctl).CombinedOutput()
+		if err != nil && sysctl == "net/ipv4/ip_forward" {
+			return errors.Errorf("setting %s in the node's namespace: %v: %s", sysctl, err, out)
+		}
+	}
+	return nil
+}
+
+// InClient runs name with args on the client host (its network namespace) and returns
+// what it printed.
+func (ns NodeNamespaces) InClient(name string, args ...string) ([]byte, error) {
+	return exec.Command("nsenter", append([]string{"--net=" + ns.path(ns.Client), "--", name}, args...)...).CombinedOutput()
+}
+
+// DialFromClient opens a TCP connection to address from the client host, as a program
+// there would: the socket is made in the client host's network namespace.
+func (ns NodeNamespaces) DialFromClient(address string, timeout time.Duration) (net.Conn, error) {
+	// A thread switched to another network namespace must not run other goroutines:
+	// locked, and left locked (the runtime ends the thread) if it cannot switch back.
+	runtime.LockOSThread()
+	home, err := os.Open("/proc/thread-self/ns/net")
+	if err != nil {
+		runtime.UnlockOSThread()
+		return nil, errors.Wrap(err, "opening this thread's network namespace")
+	}
+	defer home.Close() //nolint:errcheck // read only
+	client, err := os.Open(ns.path(ns.Client))
+	if err != nil {
+		runtime.UnlockOSThread()
+		return nil, errors.Wrap(err, "opening the client host's network namespace")
+	}
+	defer client.Close() //nolint:errcheck // read only
+	if err := unix.Setns(int(client.Fd()), unix.CLONE_NEWNET); err != nil {
+		runtime.UnlockOSThread()
+		return nil, errors.Wrap(err, "entering the client host's network namespace")
+	}
+	// The socket is made here, on this thread, in the client host's namespace, and stays
+	// there; connecting may wait on another thread.
+	conn, dialErr := net.DialTimeout("tcp", address, timeout)
+	if err := unix.Setns(int(home.Fd()), unix.CLONE_NEWNET); err != nil {
+		if conn != nil {
+			_ = conn.Close()
+		}
+		return nil, errors.Wrap(err, "returning to the node's network namespace")
+	}
+	runtime.UnlockOSThread()
+	return conn, dialErr
+}
