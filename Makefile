@@ -259,7 +259,7 @@ E2E_ON_OLDEST := ^Test(Init|Clusterctl|HelmChart|ChartUpgrades|WorkloadFlavour|C
 .PHONY: ci
 ci: ## What CI runs (.ci/run): make test on the newest Kubernetes and make test-node (as root), then make test-kube on the oldest (its e2e tests of installs, upgrades and claims).
 	$(MAKE) test KUBE_VERSION=$(KUBE_VERSION_NEWEST)
-	$(MAKE) test-node
+	$(MAKE) test-node KUBE_VERSION=$(KUBE_VERSION_NEWEST)
 	$(MAKE) test-kube KUBE_VERSION=$(KUBE_VERSION_OLDEST) RUN='$(E2E_ON_OLDEST)'
 
 .PHONY: test-unit
@@ -309,21 +309,25 @@ CNI_DIR := $(BIN)/cni
 CNI_PLUGINS := $(addprefix $(CNI_DIR)/,bridge host-local loopback portmap)
 PAUSE_IMAGE := $(BIN)/images/pause.tar
 METALLB_SPEAKER := $(BIN)/metallb-speaker
-METALLB_VERSION = $(shell awk '$$1 == "require" && $$2 == "go.universe.tf/metallb" {print $$3}' hack/tools/metallb/go.mod)
+METALLB_VERSION = $(shell cd hack/tools/metallb && go list -m -f '{{.Version}}' go.universe.tf/metallb)
+METALLB_MANIFEST := $(BIN)/metallb-native.yaml
+# The node's binaries are of the newest version, whatever KUBE_VERSION says.
+NODE_LDFLAGS := $(foreach p,k8s.io/component-base/version k8s.io/client-go/pkg/version,-X $(p).gitVersion=$(KUBE_VERSION_NEWEST) -X $(p).gitMajor=1 -X $(p).gitMinor=$(word 2,$(subst ., ,$(KUBE_VERSION_NEWEST))))
 METALLB_IMAGES := $(BIN)/images/metallb-controller.tar $(BIN)/images/metallb-speaker.tar
 export E2E_KUBELET := $(KUBELET)
 export E2E_KUBE_PROXY := $(KUBE_PROXY)
 export E2E_CNI := $(CNI_DIR)
 export E2E_IMAGES := $(IMAGE_ARCHIVE) $(PAUSE_IMAGE) $(METALLB_IMAGES)
-export E2E_METALLB_MANIFEST := $(BIN)/metallb-native.yaml
+export E2E_METALLB_MANIFEST := $(METALLB_MANIFEST)
 
 .PHONY: test-node
-test-node: node-assets e2e-assets $(HELM) $(TESTREPORT) ## The tests on a node (kubelet, containerd, kube-proxy: the shipped image in Pods, Helm, MetalLB announcing) on the newest Kubernetes; as root, in network namespaces of their own; RUN=regexp picks some.
+test-node: test-assets node-assets e2e-assets $(HELM) $(TESTREPORT) ## The tests on a node (kubelet, containerd, kube-proxy: the shipped image in Pods, Helm, MetalLB announcing) on the newest Kubernetes; as root, in network namespaces of their own; RUN=regexp picks some.
+	@[[ "$(KUBE_VERSION)" == "$(KUBE_VERSION_NEWEST)" ]] || { echo "make test-node runs on Kubernetes $(KUBE_VERSION_NEWEST) only (KUBE_VERSION=$(KUBE_VERSION))" >&2; exit 1; }
 	@$(PROGRESS) "Running the node suite (~3 min)" -- env KUBEBUILDER_ASSETS=$(BIN)/k8s/$(KUBE_VERSION_NEWEST) \
 		$(GO_TEST_REPORTED) -count=1 -timeout 20m $(if $(RUN),-run '$(RUN)') ./test/node/
 
 .PHONY: node-assets
-node-assets: image $(KUBELET) $(KUBE_PROXY) $(KUBE_SCHEDULER) $(CNI_PLUGINS) $(PAUSE_IMAGE) $(METALLB_IMAGES) ## Build what the node runs: kube-scheduler, kubelet, kube-proxy, CNI plugins, images (the manager's, pause, MetalLB's); install containerd, runc and nft from Debian's packages if missing.
+node-assets: image $(KUBELET) $(KUBE_PROXY) $(KUBE_SCHEDULER) $(CNI_PLUGINS) $(PAUSE_IMAGE) $(METALLB_IMAGES) $(METALLB_MANIFEST) ## Build what the node runs: kube-scheduler, kubelet, kube-proxy, CNI plugins, images (the manager's, pause, MetalLB's); install containerd, runc and nft from Debian's packages if missing.
 	@hack/node-packages.sh
 
 .PHONY: test-assets
@@ -439,15 +443,15 @@ $(KUBECTL): hack/tools/kube/$(KUBE_VERSION)/go.mod
 
 $(KUBELET): hack/tools/kube/$(KUBE_VERSION_NEWEST)/go.mod
 	@cd hack/tools/kube/$(KUBE_VERSION_NEWEST) && $(PROGRESS) "Building kubelet $(KUBE_VERSION_NEWEST) from source into bin/ (first run only, ~4 min on 2 cores)" -- \
-		$(GO_BUILD) build -ldflags "$(TOOL_LDFLAGS) $(KUBE_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/kubelet
+		$(GO_BUILD) build -ldflags "$(TOOL_LDFLAGS) $(NODE_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/kubelet
 
 $(KUBE_PROXY): hack/tools/kube/$(KUBE_VERSION_NEWEST)/go.mod
 	@cd hack/tools/kube/$(KUBE_VERSION_NEWEST) && $(PROGRESS) "Building kube-proxy $(KUBE_VERSION_NEWEST) from source into bin/ (first run only, ~1 min)" -- \
-		$(GO_BUILD) build -ldflags "$(TOOL_LDFLAGS) $(KUBE_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/kube-proxy
+		$(GO_BUILD) build -ldflags "$(TOOL_LDFLAGS) $(NODE_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/kube-proxy
 
 $(KUBE_SCHEDULER): hack/tools/kube/$(KUBE_VERSION_NEWEST)/go.mod
 	@cd hack/tools/kube/$(KUBE_VERSION_NEWEST) && $(PROGRESS) "Building kube-scheduler $(KUBE_VERSION_NEWEST) from source into bin/ (first run only, ~1 min)" -- \
-		$(GO_BUILD) build -ldflags "$(TOOL_LDFLAGS) $(KUBE_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/kube-scheduler
+		$(GO_BUILD) build -ldflags "$(TOOL_LDFLAGS) $(NODE_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/kube-scheduler
 
 $(CNI_DIR)/%: hack/tools/cni/go.mod
 	@cd hack/tools/cni && $(PROGRESS) "Building the CNI plugin $* from source into bin/cni/ (first run only)" -- \
@@ -462,8 +466,9 @@ CNI_PATH_portmap := meta/portmap
 $(METALLB_SPEAKER): hack/tools/metallb/go.mod
 	@cd hack/tools/metallb && $(PROGRESS) "Building MetalLB's speaker from source into bin/ (first run only, ~1 min)" -- \
 		$(GO_BUILD) build -trimpath -ldflags "$(TOOL_LDFLAGS)" -o $@ go.universe.tf/metallb/speaker
-	@cp "$$(cd hack/tools/metallb && go list -m -f '{{.Dir}}' go.universe.tf/metallb)"/config/manifests/metallb-native.yaml $(BIN)/ && \
-		chmod u+w $(BIN)/metallb-native.yaml
+
+$(METALLB_MANIFEST): hack/tools/metallb/go.mod
+	@cp "$$(cd hack/tools/metallb && go list -m -f '{{.Dir}}' go.universe.tf/metallb)"/config/manifests/metallb-native.yaml $@ && chmod u+w $@
 
 $(BIN)/images/metallb-controller.tar: $(METALLB) $(wildcard hack/image/*.go)
 	@mkdir -p $(BIN)/images

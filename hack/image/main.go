@@ -25,8 +25,11 @@ import (
 	"github.com/pkg/errors"
 )
 
-// nonroot is distroless' nonroot user and group.
-const nonroot = 65532
+// nonroot is distroless' nonroot user and group; nonrootUser the image's user.
+const (
+	nonroot     = 65532
+	nonrootUser = "65532:65532"
+)
 
 // caFile is where distroless keeps the CA certificates, and where Go's crypto/x509 looks
 // for them on Linux.
@@ -42,7 +45,7 @@ func main() {
 	flag.StringVar(&o.out, "out", "", "the OCI archive to write")
 	flag.StringVar(&o.caCerts, "ca-certificates", caFile, "the CA certificates to ship (empty: none)")
 	flag.StringVar(&o.arch, "arch", runtime.GOARCH, "the binary's architecture")
-	flag.StringVar(&o.user, "user", "65532:65532", "the user:group the image runs as (distroless' nonroot; MetalLB's speaker, which sends ARP answers, runs as 0:0)")
+	flag.StringVar(&o.user, "user", nonrootUser, "the user:group the image runs as (distroless' nonroot; MetalLB's speaker, which sends ARP answers, runs as 0:0)")
 	flag.StringVar(&o.entrypoint, "entrypoint", manager, "where the binary goes in the image, run as its entrypoint (the test node's other images: /pause, say); only the manager's image carries this project's labels")
 	flag.Parse()
 	if err := run(o); err != nil {
@@ -61,9 +64,10 @@ func run(o options) error {
 		o.entrypoint = manager
 	}
 	if o.user == "" {
-		o.user = "65532:65532"
+		o.user = nonrootUser
 	}
-	if !strings.HasPrefix(o.entrypoint, "/") || strings.Count(o.entrypoint, "/") != 1 {
+	if !strings.HasPrefix(o.entrypoint, "/") || strings.Count(o.entrypoint, "/") != 1 ||
+		slices.Contains([]string{"/", "/etc", "/home", "/tmp"}, o.entrypoint) {
 		return errors.Errorf("--entrypoint %q: want a file in the image's root, such as /manager", o.entrypoint)
 	}
 	ref, err := name.NewTag(o.tag)

@@ -48,7 +48,8 @@ func serve(address string) error {
 		for {
 			conn, err := ln.Accept()
 			if err != nil {
-				continue
+				fmt.Fprintln(os.Stderr, "pause: no more connections:", err)
+				return
 			}
 			_, _ = fmt.Fprintln(conn, name)
 			_ = conn.Close()

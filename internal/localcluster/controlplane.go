@@ -231,9 +231,13 @@ func (c *ControlPlane) restartControllerManager() error {
 // StartControllerManager runs kube-controller-manager's garbage collector and namespace
 // controller against the API server of kubeconfig, its log in dir.
 func StartControllerManager(dir, assets, kubeconfig string, also io.Writer) (*Process, error) {
+	return runControllerManager(dir, assets, kubeconfig, also, "--controllers=garbagecollector,namespace")
+}
+
+func runControllerManager(dir, assets, kubeconfig string, also io.Writer, args ...string) (*Process, error) {
 	return startProcess(dir, "kube-controller-manager", also, nil, filepath.Join(assets, "kube-controller-manager"),
-		"--kubeconfig="+kubeconfig, "--controllers=garbagecollector,namespace",
-		"--leader-elect=false", "--secure-port=0", "--use-service-account-credentials=false", "--v=1")
+		append([]string{"--kubeconfig=" + kubeconfig, "--leader-elect=false", "--secure-port=0",
+			"--use-service-account-credentials=false", "--v=1"}, args...)...)
 }
 
 // startControllerManager is StartControllerManager, or, for a node's control plane,
@@ -244,10 +248,8 @@ func startControllerManager(dir, assets, kubeconfig string, forNode bool) (*Proc
 		return StartControllerManager(dir, assets, kubeconfig, nil)
 	}
 	certs := filepath.Join(dir, "kube-apiserver")
-	return startProcess(dir, "kube-controller-manager", nil, nil, filepath.Join(assets, "kube-controller-manager"),
-		"--kubeconfig="+kubeconfig, "--controllers=*", "--root-ca-file="+filepath.Join(certs, nodeCAFile),
-		"--service-account-private-key-file="+filepath.Join(certs, "sa-signer.key"),
-		"--leader-elect=false", "--secure-port=0", "--use-service-account-credentials=false", "--v=1")
+	return runControllerManager(dir, assets, kubeconfig, nil, "--controllers=*",
+		"--root-ca-file="+filepath.Join(certs, nodeCAFile), "--service-account-private-key-file="+filepath.Join(certs, "sa-signer.key"))
 }
 
 // KubeconfigFor turns a rest.Config into a kubeconfig with one context, name.
@@ -261,7 +263,8 @@ func KubeconfigFor(cfg *rest.Config, name string) *clientcmdapi.Config {
 	return kc
 }
 
-// Stop stops kube-controller-manager, kube-apiserver and etcd.
+// Stop stops kube-scheduler (a node's control plane), kube-controller-manager,
+// kube-apiserver and etcd.
 func (c *ControlPlane) Stop() {
 	c.scheduler.Stop()
 	c.kcm.Stop()

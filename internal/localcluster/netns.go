@@ -5,9 +5,12 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/pkg/errors"
@@ -68,7 +71,35 @@ func RunInNodeNamespace(prefix string) (int, error) {
 	cmd := exec.Command("nsenter", append([]string{"--net=" + ns.path(ns.Node), "--", self}, os.Args[1:]...)...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.Env = append(os.Environ(), netnsEnv+"="+ns.Node)
-	err = cmd.Run()
+	// However the run inside ends (a panic or a timeout skips its clean-up), what it
+	// started ends here: every process in the two namespaces (containerd's shims among
+	// them), and the Pods' (the kubepods cgroups, unless a kubelet of the machine's own
+	// had them before). A signal goes to the run inside, which stops its node.
+	kubeletBefore := len(cgroupDirs("kubepods")) > 0
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(signals)
+	if err := cmd.Start(); err != nil {
+		return 1, errors.Wrap(err, "running inside the node's network namespace")
+	}
+	go func() {
+		for s := range signals {
+			_ = cmd.Process.Signal(s)
+		}
+	}()
+	err = cmd.Wait()
+	for _, name := range []string{ns.Node, ns.Client} {
+		out, _ := exec.Command("ip", "netns", "pids", name).Output()
+		for _, f := range strings.Fields(string(out)) {
+			if pid, err := strconv.Atoi(f); err == nil {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	}
+	if !kubeletBefore {
+		killCgroups("kubepods")
+		removeCgroups("kubepods")
+	}
 	var exit *exec.ExitError
 	if errors.As(err, &exit) {
 		return exit.ExitCode(), nil
@@ -123,34 +154,48 @@ func (ns NodeNamespaces) InClient(name string, args ...string) ([]byte, error) {
 // DialFromClient opens a TCP connection to address from the client host, as a program
 // there would: the socket is made in the client host's network namespace.
 func (ns NodeNamespaces) DialFromClient(address string, timeout time.Duration) (net.Conn, error) {
-	// A thread switched to another network namespace must not run other goroutines:
-	// locked, and left locked (the runtime ends the thread) if it cannot switch back.
-	runtime.LockOSThread()
+	type result struct {
+		conn net.Conn
+		err  error
+	}
+	done := make(chan result, 1)
+	// On a goroutine of its own, locked to its thread: the thread switches to the client
+	// host's namespace, makes the socket there (which stays there), and switches back.
+	// A thread that cannot switch back stays locked, and ends with the goroutine.
+	go func() {
+		runtime.LockOSThread()
+		conn, back, err := ns.dialInClient(address, timeout)
+		if back {
+			runtime.UnlockOSThread()
+		}
+		done <- result{conn, err}
+	}()
+	r := <-done
+	return r.conn, r.err
+}
+
+// dialInClient dials from the client host's namespace on this (locked) thread; back
+// says whether the thread is in its own namespace again.
+func (ns NodeNamespaces) dialInClient(address string, timeout time.Duration) (conn net.Conn, back bool, err error) {
 	home, err := os.Open("/proc/thread-self/ns/net")
 	if err != nil {
-		runtime.UnlockOSThread()
-		return nil, errors.Wrap(err, "opening this thread's network namespace")
+		return nil, true, errors.Wrap(err, "opening this thread's network namespace")
 	}
 	defer home.Close() //nolint:errcheck // read only
 	client, err := os.Open(ns.path(ns.Client))
 	if err != nil {
-		runtime.UnlockOSThread()
-		return nil, errors.Wrap(err, "opening the client host's network namespace")
+		return nil, true, errors.Wrap(err, "opening the client host's network namespace")
 	}
 	defer client.Close() //nolint:errcheck // read only
 	if err := unix.Setns(int(client.Fd()), unix.CLONE_NEWNET); err != nil {
-		runtime.UnlockOSThread()
-		return nil, errors.Wrap(err, "entering the client host's network namespace")
+		return nil, true, errors.Wrap(err, "entering the client host's network namespace")
 	}
-	// The socket is made here, on this thread, in the client host's namespace, and stays
-	// there; connecting may wait on another thread.
 	conn, dialErr := net.DialTimeout("tcp", address, timeout)
 	if err := unix.Setns(int(home.Fd()), unix.CLONE_NEWNET); err != nil {
 		if conn != nil {
 			_ = conn.Close()
 		}
-		return nil, errors.Wrap(err, "returning to the node's network namespace")
+		return nil, false, errors.Wrap(err, "returning to the node's network namespace")
 	}
-	runtime.UnlockOSThread()
-	return conn, dialErr
+	return conn, true, dialErr
 }

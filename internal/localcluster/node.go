@@ -53,9 +53,12 @@ type Node struct {
 	socket                     string
 	ctr                        string
 	// machineTunables are the machine's kernelTunables when the node started, and
-	// netnsNames the names in /run/netns.
+	// machineState what hostStateDirs held.
 	machineTunables map[string]string
-	netnsNames      []string
+	machineState    []string
+	// madeDirs are the hostStateDirs the machine did not have: the node's mount points
+	// for its own, removed on Stop.
+	madeDirs []string
 }
 
 // StartNode starts containerd, imports p.Images, starts the kubelet and kube-proxy, and
@@ -64,9 +67,18 @@ func StartNode(dir string, cp *ControlPlane, p NodePaths) (n *Node, err error) {
 	if _, ok := InNodeNamespace(); !ok {
 		return nil, errors.New("a node runs only inside the network namespace RunInNodeNamespace makes")
 	}
+	// Stop kills what runs in the kubepods cgroups: only the node's may.
+	if dirs := cgroupDirs("kubepods"); len(dirs) > 0 {
+		return nil, errors.Errorf("a kubelet already runs on this machine (%s exists): the node needs a machine of its own", dirs[len(dirs)-1])
+	}
 	dir = filepath.Join(dir, "node")
 	n = &Node{Dir: dir, socket: filepath.Join(dir, "containerd", "containerd.sock"), ctr: p.Ctr,
-		machineTunables: readTunables(), netnsNames: netnsNames()}
+		machineTunables: readTunables(), machineState: stateEntries()}
+	for _, d := range hostStateDirs {
+		if _, err := os.Stat(d); os.IsNotExist(err) {
+			n.madeDirs = append(n.madeDirs, d)
+		}
+	}
 	defer func() {
 		if err != nil {
 			n.Stop()
@@ -85,7 +97,7 @@ func StartNode(dir string, cp *ControlPlane, p NodePaths) (n *Node, err error) {
 		return n, err
 	}
 	if n.containerd, err = startProcess(dir, "containerd", nil, nil, "unshare", "--mount", "--propagation", "private", "--",
-		"sh", "-ec", script+`exec "$0" --config "$1"`, p.Containerd, filepath.Join(dir, "containerd.toml")); err != nil {
+		"sh", "-ec", script, "node", filepath.Join(dir, "sysctl"), p.Containerd, "--config", filepath.Join(dir, "containerd.toml")); err != nil {
 		return n, err
 	}
 	if err := waitFor(n.containerd, time.Minute, "containerd serving", func() error {
@@ -137,27 +149,35 @@ var kernelTunables = map[string]string{
 	"kernel/keys/root_maxkeys": "1000000", "kernel/keys/root_maxbytes": "25000000",
 }
 
+// hostStateDirs are where containerd, runc, the CNI plugins and the kubelet keep state
+// outside the directories they are given: shim sockets and runc's state, the CNI's
+// results, Pods' network namespace names, the kubelet's log links. The node has its own,
+// empty, in its mount namespace.
+var hostStateDirs = []string{"/run/containerd", "/run/netns", "/var/lib/cni", "/var/log/containers"}
+
 // mountNamespaceScript is the shell that gives the node a mount namespace of its own
 // before it runs containerd (the kubelet joins it): every Pod's mount (volumes, root
-// filesystems, network namespaces and their names) lives and ends there, and the kernel settings the
-// kubelet wants read as it wants them from files bound over /proc/sys, where its writes
-// land too, so the machine's stay as they are.
+// filesystems, network namespaces) and the state in hostStateDirs live and end there,
+// and the kernel settings the kubelet wants read as it wants them from files bound over
+// /proc/sys, where its writes land too, so the machine's stay as they are. It takes
+// containerd and its configuration as its arguments, and ends by running it.
 func (n *Node) mountNamespaceScript() (string, error) {
 	dir := filepath.Join(n.Dir, "sysctl")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", errors.Wrap(err, "making the node's directories")
 	}
 	var script strings.Builder
-	// containerd names its Pods' network namespaces with files in /run/netns: the node's
-	// own, gone with it.
-	script.WriteString("mount -t tmpfs -o mode=0755 node-netns /run/netns\n")
+	for _, d := range hostStateDirs {
+		fmt.Fprintf(&script, "mkdir -p %[1]s && mount -t tmpfs -o mode=0755 node-state %[1]s\n", d)
+	}
 	for _, key := range slices.Sorted(maps.Keys(kernelTunables)) {
 		file := filepath.Join(dir, strings.ReplaceAll(key, "/", "."))
 		if err := os.WriteFile(file, []byte(kernelTunables[key]+"\n"), 0o600); err != nil {
 			return "", errors.Wrap(err, "writing the node's kernel settings")
 		}
-		fmt.Fprintf(&script, "mount --bind %q /proc/sys/%s\n", file, key)
+		fmt.Fprintf(&script, "mount --bind \"$1/%s\" /proc/sys/%s\n", filepath.Base(file), key)
 	}
+	script.WriteString(`shift; exec "$@"`)
 	return script.String(), nil
 }
 
@@ -254,6 +274,9 @@ func (n *Node) Stop() {
 	killMatching(n.socket)
 	n.containerd.Stop()
 	removeCgroups("kubepods")
+	for _, d := range slices.Backward(n.madeDirs) {
+		_ = os.Remove(d) // only if empty: the node's mount point, never the machine's state
+	}
 }
 
 // readTunables reads kernelTunables as this process sees them.
@@ -271,8 +294,8 @@ func readTunables() map[string]string {
 }
 
 // Leftovers names, after Stop, what the node left on the machine: processes of its
-// containerd, kubepods cgroups, names of network namespaces, kernel settings other than
-// they were. Empty is the promise.
+// containerd, kubepods cgroups, state in hostStateDirs that was not there, kernel
+// settings other than they were. Empty is the promise.
 func (n *Node) Leftovers() []string {
 	var left []string
 	if pids := matching(n.socket); len(pids) > 0 {
@@ -281,8 +304,15 @@ func (n *Node) Leftovers() []string {
 	if dirs := cgroupDirs("kubepods"); len(dirs) > 0 {
 		left = append(left, fmt.Sprintf("cgroups: %v", dirs))
 	}
-	if names := netnsNames(); len(names) > len(n.netnsNames) {
-		left = append(left, fmt.Sprintf("network namespace names: %v, were %v", names, n.netnsNames))
+	for _, e := range stateEntries() {
+		if !slices.Contains(n.machineState, e) {
+			left = append(left, "state on the machine's disk: "+e)
+		}
+	}
+	for _, d := range n.madeDirs {
+		if _, err := os.Stat(d); err == nil {
+			left = append(left, "a directory the machine did not have: "+d)
+		}
 	}
 	now := readTunables()
 	for _, key := range slices.Sorted(maps.Keys(now)) {
@@ -293,14 +323,17 @@ func (n *Node) Leftovers() []string {
 	return left
 }
 
-// netnsNames are the names in /run/netns (ip netns list).
-func netnsNames() []string {
-	entries, _ := os.ReadDir("/run/netns")
-	names := make([]string, 0, len(entries))
-	for _, e := range entries {
-		names = append(names, e.Name())
+// stateEntries are the files and directories in hostStateDirs, as this process sees
+// them (the machine's).
+func stateEntries() []string {
+	var all []string
+	for _, d := range hostStateDirs {
+		entries, _ := os.ReadDir(d)
+		for _, e := range entries {
+			all = append(all, filepath.Join(d, e.Name()))
+		}
 	}
-	return names
+	return all
 }
 
 // cgroupDirs are the directories of cgroup name in every v1 hierarchy, deepest first.

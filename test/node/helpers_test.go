@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -78,6 +79,9 @@ func startSim(t *testing.T, args ...string) *localcluster.Sim {
 // unless the test did so.
 func helmInstall(t *testing.T, api *localcluster.Sim, sets ...string) {
 	t.Helper()
+	if capiCoreCRDs && !slices.Contains(sets, "cluster=management") {
+		t.Fatal("the workload flavour installed after Cluster API core's CRDs replaced its own: run the tests that install it before TestTheManagementFlavourKeepsTheDefaultSecretInItsNamespace")
+	}
 	// The image make image wrote and the node imported (IMG).
 	i := strings.LastIndex(paths.Image, ":")
 	repository, tag := paths.Image[:i], paths.Image[i+1:]
@@ -148,6 +152,7 @@ func bind(t *testing.T, name, pool string) (*ipamv1.IPAddressClaim, *ipamv1.IPAd
 			APIGroup: ipamv1alpha1.GroupVersion.Group, Kind: ipamv1alpha1.GlobalVitistackIPPoolKind, Name: pool}},
 	}
 	g.Expect(cp.Client.Create(ctx, claim)).To(Succeed())
+	t.Cleanup(func() { deleteAndWait(t, claim) })
 	address := &ipamv1.IPAddress{}
 	g.Eventually(func(g Gomega) {
 		c := &ipamv1.IPAddressClaim{}

@@ -40,16 +40,18 @@ func TestHelmUpgradeAndRollbackRollThePods(t *testing.T) {
 	got := &ipamv1.IPAddressClaim{}
 	g.Expect(cp.Client.Get(ctx, client.ObjectKeyFromObject(claim), got)).To(Succeed())
 	g.Expect(got.Status.AddressRef.Name).To(Equal(address.Name))
-	g.Expect(registrations()).To(Equal(1), "the new Pods registered the bound claim again")
-	// The last Pod took over: it releases the claim.
+	// The last Pod took over the claim (it releases it), and no Pod registered it again.
 	deleteAndWait(t, claim)
 	g.Expect(liveHolders(t, api, address.Spec.Address)).To(BeEmpty())
+	g.Expect(registrations()).To(Equal(1), "the new Pods registered the bound claim again")
 }
 
 // The chart's management flavour on a cluster with Cluster API core's CRDs, installed in
 // a namespace of the user's choice (not the clusterctl install's): the manager keeps
 // the default secret in the release's namespace, where the chart gives it the right to,
-// so a pool without a secretRef works there.
+// so a pool without a secretRef works there. It runs last (Go runs a package's tests in
+// the order of its files): Cluster API's CRDs replace the workload flavour's, which a
+// later workload install could not take back (helmInstall refuses to try).
 func TestTheManagementFlavourKeepsTheDefaultSecretInItsNamespace(t *testing.T) {
 	g := newG(t)
 	ctx := context.Background()
@@ -80,7 +82,11 @@ func applyCAPICoreCRDs(t *testing.T) {
 	g.Expect(crds).NotTo(BeEmpty())
 	_, err = cp.Apply(context.Background(), strings.Join(crds, "\n---\n"))
 	g.Expect(err).NotTo(HaveOccurred())
+	capiCoreCRDs = true
 }
+
+// capiCoreCRDs: Cluster API core's CRDs replaced the workload flavour's.
+var capiCoreCRDs bool
 
 // capiVersion is the Cluster API version of the offline repository (its only one).
 func capiVersion(t *testing.T) string {
