@@ -274,8 +274,10 @@ func (n *Node) Stop() {
 	killMatching(n.socket)
 	n.containerd.Stop()
 	removeCgroups("kubepods")
+	// The node's mount points, which the machine did not have: what landed in them on
+	// the machine's side (runc's state directory was once seen there) is the node's too.
 	for _, d := range slices.Backward(n.madeDirs) {
-		_ = os.Remove(d) // only if empty: the node's mount point, never the machine's state
+		_ = os.RemoveAll(d)
 	}
 }
 
