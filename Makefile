@@ -314,20 +314,29 @@ METALLB_MANIFEST := $(BIN)/metallb-native.yaml
 # The node's binaries are of the newest version, whatever KUBE_VERSION says.
 NODE_LDFLAGS := $(foreach p,k8s.io/component-base/version k8s.io/client-go/pkg/version,-X $(p).gitVersion=$(KUBE_VERSION_NEWEST) -X $(p).gitMajor=1 -X $(p).gitMinor=$(word 2,$(subst ., ,$(KUBE_VERSION_NEWEST))))
 METALLB_IMAGES := $(BIN)/images/metallb-controller.tar $(BIN)/images/metallb-speaker.tar
+# cert-manager of the version whose CRDs the offline repository ships: one binary
+# (hack/tools/cert-manager/node) in three images with cert-manager's names, and its chart.
+CERT_MANAGER := $(BIN)/cert-manager
+CERT_MANAGER_VERSION = $(shell cd hack/tools/cert-manager && go list -m -f '{{.Version}}' github.com/cert-manager/cert-manager)
+CERT_MANAGER_IMAGES := $(addprefix $(BIN)/images/cert-manager-,controller.tar webhook.tar cainjector.tar)
+CERT_MANAGER_CHART := $(BIN)/cert-manager-chart
+# The previous release's image, for clusterctl upgrade on the node.
+PREVIOUS_IMAGE := $(BIN)/images/manager-$(PREVIOUS_VERSION).tar
 export E2E_KUBELET := $(KUBELET)
 export E2E_KUBE_PROXY := $(KUBE_PROXY)
 export E2E_CNI := $(CNI_DIR)
-export E2E_IMAGES := $(IMAGE_ARCHIVE) $(PAUSE_IMAGE) $(METALLB_IMAGES)
+export E2E_IMAGES := $(IMAGE_ARCHIVE) $(PREVIOUS_IMAGE) $(PAUSE_IMAGE) $(METALLB_IMAGES) $(CERT_MANAGER_IMAGES)
 export E2E_METALLB_MANIFEST := $(METALLB_MANIFEST)
+export E2E_CERT_MANAGER_CHART := $(CERT_MANAGER_CHART)
 
 .PHONY: test-node
 test-node: test-assets node-assets e2e-assets $(HELM) $(TESTREPORT) ## The tests on a node (kubelet, containerd, kube-proxy: the shipped image in Pods, Helm, MetalLB announcing) on the newest Kubernetes; as root, in network namespaces of their own; RUN=regexp picks some.
 	@[[ "$(KUBE_VERSION)" == "$(KUBE_VERSION_NEWEST)" ]] || { echo "make test-node runs on Kubernetes $(KUBE_VERSION_NEWEST) only (KUBE_VERSION=$(KUBE_VERSION))" >&2; exit 1; }
 	@$(PROGRESS) "Running the node suite (~3 min)" -- env KUBEBUILDER_ASSETS=$(BIN)/k8s/$(KUBE_VERSION_NEWEST) \
-		$(GO_TEST_REPORTED) -count=1 -timeout 20m $(if $(RUN),-run '$(RUN)') ./test/node/
+		$(TESTREPORT) -require-tests -times -- $(GO_TEST) -json -count=1 -timeout 20m $(if $(RUN),-run '$(RUN)') ./test/node/
 
 .PHONY: node-assets
-node-assets: image $(KUBELET) $(KUBE_PROXY) $(KUBE_SCHEDULER) $(CNI_PLUGINS) $(PAUSE_IMAGE) $(METALLB_IMAGES) $(METALLB_MANIFEST) ## Build what the node runs: kube-scheduler, kubelet, kube-proxy, CNI plugins, images (the manager's, pause, MetalLB's); install containerd, runc and nft from Debian's packages if missing.
+node-assets: image $(KUBELET) $(KUBE_PROXY) $(KUBE_SCHEDULER) $(CNI_PLUGINS) $(PAUSE_IMAGE) $(METALLB_IMAGES) $(METALLB_MANIFEST) $(CERT_MANAGER_IMAGES) $(CERT_MANAGER_CHART) $(PREVIOUS_IMAGE) ## Build what the node runs: kube-scheduler, kubelet, kube-proxy, CNI plugins, images (the manager's and its previous release's, pause, MetalLB's, cert-manager's) and cert-manager's chart; install containerd, runc and nft from Debian's packages if missing.
 	@hack/node-packages.sh
 
 .PHONY: test-assets
@@ -470,13 +479,30 @@ $(METALLB_SPEAKER): hack/tools/metallb/go.mod
 $(METALLB_MANIFEST): hack/tools/metallb/go.mod
 	@cp "$$(cd hack/tools/metallb && go list -m -f '{{.Dir}}' go.universe.tf/metallb)"/config/manifests/metallb-native.yaml $@ && chmod u+w $@
 
-$(BIN)/images/metallb-controller.tar: $(METALLB) $(wildcard hack/image/*.go)
+$(BIN)/images/metallb-%.tar: $(BIN)/metallb-% $(wildcard hack/image/*.go)
 	@mkdir -p $(BIN)/images
-	$(GO_STATIC) run -trimpath ./hack/image --binary $(METALLB) --entrypoint /controller --ca-certificates "" --tag quay.io/metallb/controller:$(METALLB_VERSION) --out $@
+	$(GO_STATIC) run -trimpath ./hack/image --binary $< --entrypoint /$* $(if $(filter speaker,$*),--user 0:0) \
+		--ca-certificates "" --tag quay.io/metallb/$*:$(METALLB_VERSION) --out $@
 
-$(BIN)/images/metallb-speaker.tar: $(METALLB_SPEAKER) $(wildcard hack/image/*.go)
+# cert-manager's controller, webhook and cainjector: one binary, which runs what its
+# name says, in three images under cert-manager's names; its chart as cert-manager
+# ships it, with the version set (the module's copy says v0.0.0).
+$(CERT_MANAGER): hack/tools/cert-manager/go.mod $(wildcard hack/tools/cert-manager/node/*.go)
+	@cd hack/tools/cert-manager && $(PROGRESS) "Building cert-manager's controller, webhook and cainjector from source into bin/ (first run only, ~2 min)" -- \
+		$(GO_BUILD) build -trimpath -ldflags "$(TOOL_LDFLAGS)" -o $@ ./node
+
+$(BIN)/images/cert-manager-%.tar: $(CERT_MANAGER) $(wildcard hack/image/*.go)
 	@mkdir -p $(BIN)/images
-	$(GO_STATIC) run -trimpath ./hack/image --binary $(METALLB_SPEAKER) --entrypoint /speaker --user 0:0 --ca-certificates "" --tag quay.io/metallb/speaker:$(METALLB_VERSION) --out $@
+	$(GO_STATIC) run -trimpath ./hack/image --binary $< --entrypoint /$* --ca-certificates "" \
+		--tag quay.io/jetstack/cert-manager-$*:$(CERT_MANAGER_VERSION) --out $@
+
+$(CERT_MANAGER_CHART): hack/tools/cert-manager/go.mod
+	@rm -rf $@ && cp -r "$$(cd hack/tools/cert-manager && go list -m -f '{{.Dir}}' github.com/cert-manager/cert-manager)"/deploy/charts/cert-manager $@ && \
+		chmod -R u+w $@ && sed -i 's/^version: .*/version: $(CERT_MANAGER_VERSION)/; s/^appVersion: .*/appVersion: $(CERT_MANAGER_VERSION)/' $@/Chart.yaml
+
+$(PREVIOUS_IMAGE): $(PREVIOUS_MANAGER) $(wildcard hack/image/*.go)
+	@mkdir -p $(BIN)/images
+	$(GO_STATIC) run -trimpath ./hack/image --binary $< --tag ghcr.io/vitistack/cluster-api-ipam-provider-vitistack:$(PREVIOUS_VERSION) --out $@
 
 # The node's Pod sandbox image, from hack/pause.
 $(PAUSE_IMAGE): $(wildcard hack/pause/*.go) $(wildcard hack/image/*.go)

@@ -189,7 +189,8 @@ func deployment(doc string) string {
 			"        - --default-zone={{ .Values.defaultZone }}\n" +
 				"        {{- if ne (include \"vitistack.excludedNamespaces\" .) \"" + strings.Join(manager.DefaultExcludedNamespaces(), ",") + "\" }}\n" +
 				"        - {{ printf \"--excluded-namespaces=%s\" (include \"vitistack.excludedNamespaces\" .) | quote }}\n        {{- end }}\n"},
-		{"        - --v=${VITISTACK_LOG_LEVEL:=0}\n", "        - --v={{ .Values.logLevel }}\n"},
+		{"        - --v=${VITISTACK_LOG_LEVEL:=0}\n", "        - --v={{ .Values.logLevel }}\n" +
+			"        {{- range .Values.extraArgs }}\n        - {{ . | quote }}\n        {{- end }}\n"},
 		// make release-manifests sets the release's image (IMG); the chart's comes from the values.
 		{"        image: controller:latest\n",
 			"        image: \"{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}\"\n"},

@@ -18,6 +18,7 @@ func main() {
 	allowSkip := flag.String("allow-skip", "", "a regexp of the tests (\"package TestName\") that may skip; none may without it")
 	requireTests := flag.Bool("require-tests", false, "fail when a package with test files ran no test")
 	allowNoTests := flag.String("allow-no-tests", "", "with -require-tests, a regexp of the packages that may run none (benchmarks only)")
+	times := flag.Bool("times", false, "print how long each top-level test took as it passes")
 	flag.Usage = func() {
 		fmt.Fprintln(os.Stderr, "usage: testreport [-allow-skip REGEXP] [-require-tests] -- go test -json ...")
 		flag.PrintDefaults()
@@ -40,7 +41,7 @@ func main() {
 		os.Exit(2)
 	}
 	r := newReport(os.Stdout, allow, *requireTests)
-	r.allowNoTests = noTests
+	r.allowNoTests, r.times = noTests, *times
 	readErr := r.read(out)
 	runErr := cmd.Wait()
 	ok := r.summary()
@@ -104,6 +105,7 @@ type report struct {
 	allow        *regexp.Regexp
 	requireTests bool
 	allowNoTests *regexp.Regexp
+	times        bool
 	pkgs         map[string]*pkgResult
 	order        []string
 	running      map[[2]string]*testResult
@@ -210,6 +212,9 @@ func (r *report) handle(e event) {
 	case "pass":
 		p.passed++
 		delete(r.running, key)
+		if r.times && !strings.Contains(e.Test, "/") {
+			r.printf("--- %s (%.1fs)\n", e.Test, e.Elapsed)
+		}
 	case "skip":
 		p.skipped++
 		p.skippedTests = append(p.skippedTests, t)

@@ -58,7 +58,11 @@ func TestReport(t *testing.T) {
 		t.Errorf("a passing run with an allowed skip exited %d:\n%s", code, out)
 	}
 	mustContain(out, "(ran 4, passed 3, skipped 1)", "tests (with subtests) ran 4, passed 3, failed 0, skipped 1")
-	mustNotContain(out, "not shown", "=== RUN", "what failed")
+	mustNotContain(out, "not shown", "=== RUN", "what failed", "--- TestPasses (")
+	// With -times, how long each top-level test that passed took, not its subtests.
+	out, _ = run("pass", "-allow-skip", "TestSkips$", "-times")
+	mustContain(out, "--- TestPasses (0.0s)", "--- TestParent (")
+	mustNotContain(out, "--- TestParent/")
 
 	// The same run without the allowance: the skip fails it, and says which test and why.
 	out, code = run("pass")

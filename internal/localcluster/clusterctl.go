@@ -87,3 +87,60 @@ func (c *ControlPlane) InitVersion(ctx context.Context, vars map[string]string, 
 	// that it follows owner references of the CRDs just installed at once.
 	return out, c.restartControllerManager()
 }
+
+// Helm runs the pinned Helm (Paths.Helm) against the control plane with a home of its
+// own (no user's repositories or plugins), and returns what it printed.
+func (c *ControlPlane) Helm(args ...string) (string, error) {
+	if c.paths.Helm == "" {
+		return "", errors.New("E2E_HELM is not set: run through make, which builds bin/helm")
+	}
+	home, err := os.MkdirTemp("", "helm-home-")
+	if err != nil {
+		return "", errors.Wrap(err, "making Helm's home")
+	}
+	defer os.RemoveAll(home) //nolint:errcheck // a temporary directory
+	cmd := exec.Command(c.paths.Helm, append(args, "--kubeconfig", c.Kubeconfig)...)
+	cmd.Env = []string{"HOME=" + home, "XDG_CONFIG_HOME=" + home, "XDG_CACHE_HOME=" + home, "XDG_DATA_HOME=" + home, "PATH=" + os.Getenv("PATH")}
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// UseUpgradeRepository writes a clusterctl repository in c's folder that holds both the
+// previous release (Paths.Previous) and the build under test, as a release repository
+// does, and points c's clusterctl at it (core Cluster API and cert-manager from the
+// suite's repository). It returns the previous release's version.
+func (c *ControlPlane) UseUpgradeRepository() (string, error) {
+	if c.paths.Previous == "" {
+		return "", errors.New("E2E_PREVIOUS_RELEASE is not set: run through make, which builds bin/previous")
+	}
+	previous := filepath.Base(c.paths.Previous)
+	repo := filepath.Join(c.Dir, "repository", "ipam-vitistack")
+	for version, from := range map[string]string{
+		previous:        c.paths.Previous,
+		c.paths.Version: filepath.Join(c.paths.Repository, "ipam-vitistack", c.paths.Version),
+	} {
+		if err := os.MkdirAll(filepath.Join(repo, version), 0o700); err != nil {
+			return "", err
+		}
+		for _, f := range []string{"ipam-components.yaml", "ipam-components-workload.yaml", "metadata.yaml"} {
+			b, err := os.ReadFile(filepath.Join(from, f))
+			if err != nil {
+				return "", errors.Wrapf(err, "the release %s", version)
+			}
+			if err := os.WriteFile(filepath.Join(repo, version, f), b, 0o600); err != nil {
+				return "", err
+			}
+		}
+	}
+	config, err := os.ReadFile(c.paths.ClusterctlConfig())
+	if err != nil {
+		return "", err
+	}
+	ours := "file://" + filepath.Join(c.paths.Repository, "ipam-vitistack", c.paths.Version, "ipam-components.yaml")
+	if !strings.Contains(string(config), ours) {
+		return "", errors.Errorf("%s does not name %s", c.paths.ClusterctlConfig(), ours)
+	}
+	config = []byte(strings.Replace(string(config), ours, "file://"+filepath.Join(repo, c.paths.Version, "ipam-components.yaml"), 1))
+	c.ClusterctlConfig = filepath.Join(c.Dir, "repository", "clusterctl.yaml")
+	return previous, os.WriteFile(c.ClusterctlConfig, config, 0o600)
+}

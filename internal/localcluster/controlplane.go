@@ -52,10 +52,9 @@ type ControlPlane struct {
 	managers    int
 	certDir     string
 	caBundle    []byte
-	// nodeControllers: kube-controller-manager runs every controller (a node's), and
-	// kube-scheduler runs.
-	nodeControllers bool
-	scheduler       *Process
+	// scheduler runs on a node's control plane only (whose kube-controller-manager runs
+	// every controller).
+	scheduler *Process
 }
 
 // StartControlPlane starts a control plane whose files and logs live in dir/name.
@@ -68,7 +67,8 @@ func StartControlPlane(dir, name string, p Paths) (*ControlPlane, error) {
 // Service's address, admits Pods with their service account's token, and calls
 // webhooks at their Pods' addresses (there is no Service routing on its host);
 // kube-controller-manager runs every controller and publishes the CA to every
-// namespace; kube-scheduler places Pods. Only inside a network namespace of the test's own (EnterNetworkNamespace).
+// namespace; kube-scheduler places Pods. Only inside the network namespace
+// RunInNodeNamespace makes.
 func StartNodeControlPlane(dir, name string, p Paths, nodeIP string) (*ControlPlane, error) {
 	return startControlPlane(dir, name, p, nodeIP)
 }
@@ -113,8 +113,7 @@ func startControlPlane(dir, name string, p Paths, nodeIP string) (*ControlPlane,
 		return nil, errors.Wrapf(err, "starting etcd and kube-apiserver (see %s)", apiLog.Name())
 	}
 	cp := &ControlPlane{Name: name, Dir: dir, Config: cfg, paths: p, env: env, apiLog: apiLog,
-		Kubeconfig: filepath.Join(dir, "kubeconfig"), ClusterctlConfig: p.ClusterctlConfig(), ManagerBinary: p.Manager,
-		nodeControllers: nodeIP != ""}
+		Kubeconfig: filepath.Join(dir, "kubeconfig"), ClusterctlConfig: p.ClusterctlConfig(), ManagerBinary: p.Manager}
 	if err := clientcmd.WriteToFile(*KubeconfigFor(cfg, name), cp.Kubeconfig); err != nil {
 		cp.Stop()
 		return nil, errors.Wrap(err, "writing the kubeconfig")
@@ -224,7 +223,7 @@ func waitPortFree(hostPort string) error {
 func (c *ControlPlane) restartControllerManager() error {
 	c.kcm.Stop()
 	var err error
-	c.kcm, err = startControllerManager(c.Dir, c.paths.Assets, c.Kubeconfig, c.nodeControllers)
+	c.kcm, err = startControllerManager(c.Dir, c.paths.Assets, c.Kubeconfig, c.scheduler != nil)
 	return err
 }
 

@@ -8,7 +8,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -23,13 +22,12 @@ import (
 // bridge) and a client host on the node's link. No packet can leave them: the node's
 // default route points at the client host, which has no route on.
 const (
-	// NodeIP is the node's address on its link; kube-apiserver serves on it.
+	// NodeIP is the node's address on its link, 10.250.0.0/24, whose free addresses a
+	// LoadBalancer pool may hand out (MetalLB's speaker answers ARP for them there);
+	// kube-apiserver serves on it.
 	NodeIP = "10.250.0.10"
 	// ClientIP is the client host's address on the node's link.
 	ClientIP = "10.250.0.2"
-	// NodeLink is the node's link, whose free addresses a LoadBalancer pool may hand
-	// out: MetalLB's speaker answers ARP for them there.
-	NodeLink = "10.250.0.0/24"
 	// PodCIDR is the Pods' range on the node's bridge.
 	PodCIDR = "10.244.0.0/24"
 
@@ -43,20 +41,24 @@ type NodeNamespaces struct{ Node, Client string }
 // started it.
 func InNodeNamespace() (NodeNamespaces, bool) {
 	v := os.Getenv(netnsEnv)
-	if v == "" {
-		return NodeNamespaces{}, false
+	return namespacesOf(v), v != ""
+}
+
+// namespacesOf are the node namespace node and its client host's.
+func namespacesOf(node string) NodeNamespaces {
+	if node == "" {
+		return NodeNamespaces{}
 	}
-	return NodeNamespaces{Node: v, Client: v + "-client"}, true
+	return NodeNamespaces{Node: node, Client: node + "-client"}
 }
 
 // RunInNodeNamespace makes the node's and the client host's network namespaces (named
 // prefix-<pid>), runs this program again, with the same arguments, inside the node's,
 // and removes both when it ends; it returns the program's exit code. Needs root, ip
-// (iproute2) and nsenter (util-linux). Only the network namespace changes: mounts,
-// cgroups and processes are the machine's, as a node's are.
+// (iproute2) and nsenter (util-linux). Only the network namespace changes (StartNode
+// gives the node a mount namespace of its own).
 func RunInNodeNamespace(prefix string) (int, error) {
-	ns := NodeNamespaces{Node: fmt.Sprintf("%s-%d", prefix, os.Getpid())}
-	ns.Client = ns.Node + "-client"
+	ns := namespacesOf(fmt.Sprintf("%s-%d", prefix, os.Getpid()))
 	defer func() {
 		_ = exec.Command("ip", "netns", "delete", ns.Client).Run()
 		_ = exec.Command("ip", "netns", "delete", ns.Node).Run()
@@ -90,11 +92,7 @@ func RunInNodeNamespace(prefix string) (int, error) {
 	err = cmd.Wait()
 	for _, name := range []string{ns.Node, ns.Client} {
 		out, _ := exec.Command("ip", "netns", "pids", name).Output()
-		for _, f := range strings.Fields(string(out)) {
-			if pid, err := strconv.Atoi(f); err == nil {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
-			}
-		}
+		killPIDs(string(out))
 	}
 	if !kubeletBefore {
 		killCgroups("kubepods")
@@ -134,21 +132,12 @@ func (ns NodeNamespaces) setUp() error {
 			return errors.Errorf("ip %s: %v: %s", strings.Join(s, " "), err, out)
 		}
 	}
-	// /proc/sys/net is the reading process's network namespace's.
-	for _, sysctl := range []string{"net/ipv4/ip_forward", "net/bridge/bridge-nf-call-iptables"} {
-		out, err := exec.Command("nsenter", "--net="+ns.path(ns.Node), "--", "sh", "-c",
-			"echo 1 > /proc/sys/"+sysctl).CombinedOutput()
-		if err != nil && sysctl == "net/ipv4/ip_forward" {
-			return errors.Errorf("setting %s in the node's namespace: %v: %s", sysctl, err, out)
-		}
+	// /proc/sys/net is the writing process's network namespace's.
+	if out, err := exec.Command("nsenter", "--net="+ns.path(ns.Node), "--", "sh", "-c",
+		"echo 1 > /proc/sys/net/ipv4/ip_forward").CombinedOutput(); err != nil {
+		return errors.Errorf("turning forwarding on in the node's namespace: %v: %s", err, out)
 	}
 	return nil
-}
-
-// InClient runs name with args on the client host (its network namespace) and returns
-// what it printed.
-func (ns NodeNamespaces) InClient(name string, args ...string) ([]byte, error) {
-	return exec.Command("nsenter", append([]string{"--net=" + ns.path(ns.Client), "--", name}, args...)...).CombinedOutput()
 }
 
 // DialFromClient opens a TCP connection to address from the client host, as a program

@@ -270,9 +270,17 @@ func (n *Node) Stop() {
 	}
 	n.proxy.Stop()
 	n.kubelet.Stop()
-	killCgroups("kubepods")
-	killMatching(n.socket)
+	// containerd first, so that nothing starts a shim or a container any more (one
+	// being started as a test failed was seen to outlive a single round of kills);
+	// then what it started, until nothing is left.
 	n.containerd.Stop()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		killCgroups("kubepods")
+		killMatching(n.socket)
+		if (len(ProcessesWith(n.socket)) == 0 && !cgroupsHaveProcesses("kubepods")) || time.Now().After(deadline) {
+			break
+		}
+	}
 	removeCgroups("kubepods")
 	// The node's mount points, which the machine did not have: what landed in them on
 	// the machine's side (runc's state directory was once seen there) is the node's too.
@@ -300,7 +308,7 @@ func readTunables() map[string]string {
 // settings other than they were. Empty is the promise.
 func (n *Node) Leftovers() []string {
 	var left []string
-	if pids := matching(n.socket); len(pids) > 0 {
+	if pids := ProcessesWith(n.socket); len(pids) > 0 {
 		left = append(left, fmt.Sprintf("processes of the node's containerd: %v", pids))
 	}
 	if dirs := cgroupDirs("kubepods"); len(dirs) > 0 {
@@ -358,11 +366,26 @@ func cgroupDirs(name string) []string {
 func killCgroups(name string) {
 	for _, dir := range cgroupDirs(name) {
 		b, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
-		for _, f := range strings.Fields(string(b)) {
-			var pid int
-			if _, err := fmt.Sscan(f, &pid); err == nil && pid > 1 {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
-			}
+		killPIDs(string(b))
+	}
+}
+
+// cgroupsHaveProcesses: a cgroup name or one below it has a process.
+func cgroupsHaveProcesses(name string) bool {
+	for _, dir := range cgroupDirs(name) {
+		if b, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs")); len(strings.TrimSpace(string(b))) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// killPIDs kills the processes whose IDs pids lists (one a line, as cgroup.procs and ip
+// netns pids print them), never this one or init.
+func killPIDs(pids string) {
+	for _, f := range strings.Fields(pids) {
+		if pid, err := strconv.Atoi(f); err == nil && pid > 1 && pid != os.Getpid() {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}
 }
@@ -379,13 +402,14 @@ func removeCgroups(name string) {
 
 // killMatching kills every process whose command line holds s.
 func killMatching(s string) {
-	for _, pid := range matching(s) {
+	for _, pid := range ProcessesWith(s) {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
 }
 
-// matching are the processes, other than this one, whose command line holds s.
-func matching(s string) []int {
+// ProcessesWith are the processes on the machine, other than this one, whose command
+// line holds s.
+func ProcessesWith(s string) []int {
 	var pids []int
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	for _, p := range procs {

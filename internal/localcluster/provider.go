@@ -16,6 +16,8 @@ import (
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -37,14 +39,19 @@ const (
 	WebhookServiceName = "capi-ipam-vitistack-webhook-service"
 )
 
-// removeForeignWebhooks deletes every webhook configuration that is not this provider's.
+// removeForeignWebhooks deletes the webhook configurations of the other providers.
 func (c *ControlPlane) removeForeignWebhooks(ctx context.Context) error {
 	notOurs := client.MatchingLabelsSelector{}
 	sel, err := labelsNot(ProviderLabel, ProviderName)
 	if err != nil {
 		return err
 	}
-	notOurs.Selector = sel
+	// Only a provider's: cert-manager's, installed beside them on a node, stay.
+	provider, err := labels.NewRequirement(ProviderLabel, selection.Exists, nil)
+	if err != nil {
+		return err
+	}
+	notOurs.Selector = sel.Add(*provider)
 	for _, obj := range []client.Object{&admissionv1.ValidatingWebhookConfiguration{}, &admissionv1.MutatingWebhookConfiguration{}} {
 		if err := c.Client.DeleteAllOf(ctx, obj, notOurs); err != nil {
 			return errors.Wrap(err, "removing the Cluster API providers' webhook configurations")
@@ -67,7 +74,7 @@ func (c *ControlPlane) removeForeignConversions(ctx context.Context) error {
 	}
 	for i := range crds.Items {
 		crd := &crds.Items[i]
-		if conv := crd.Spec.Conversion; conv == nil || conv.Strategy != apiextensionsv1.WebhookConverter || crd.Labels[ProviderLabel] == ProviderName {
+		if conv := crd.Spec.Conversion; conv == nil || conv.Strategy != apiextensionsv1.WebhookConverter || crd.Labels[ProviderLabel] == "" || crd.Labels[ProviderLabel] == ProviderName {
 			continue
 		}
 		before := crd.DeepCopy()

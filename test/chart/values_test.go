@@ -49,7 +49,8 @@ func TestChartValuesLandWhereTheyShould(t *testing.T) {
 		"excludedNamespaces={kube-system,platform}", "logLevel=2", "maxConcurrentReconciles=16",
 		"image.repository=registry.example.org/mirror/ipam", "image.tag=v0.2.1", "image.pullPolicy=Always",
 		"resources.limits.memory=512Mi", "webhook.certManager.enabled=false", "webhook.existingCertSecret=my-cert",
-		"webhook.caBundle=Q0E=", "observability.prometheusRule=true", "observability.grafanaDashboard=true")
+		"webhook.caBundle=Q0E=", "observability.prometheusRule=true", "observability.grafanaDashboard=true",
+		"extraArgs={--ipam-api-timeout=20s,--ipam-api-quarantine=2m}")
 	g.Expect(err).NotTo(HaveOccurred())
 
 	d, manager := managerOf(g, objs, ns)
@@ -57,7 +58,8 @@ func TestChartValuesLandWhereTheyShould(t *testing.T) {
 	g.Expect(replicas).To(BeEquivalentTo(3))
 	g.Expect(manager["args"]).To(Equal([]any{"--leader-elect", "--diagnostics-address=:8443",
 		"--ipam-api-url=https://ipam.example.org:8443", "--cluster-id=c-42", "--max-concurrent-reconciles=16",
-		"--default-zone=inet", "--excluded-namespaces=kube-system,platform", "--v=2", "--enable-service-controller"}))
+		"--default-zone=inet", "--excluded-namespaces=kube-system,platform", "--v=2",
+		"--ipam-api-timeout=20s", "--ipam-api-quarantine=2m", "--enable-service-controller"}))
 	g.Expect(manager["image"]).To(Equal("registry.example.org/mirror/ipam:v0.2.1"))
 	g.Expect(manager["imagePullPolicy"]).To(Equal("Always"))
 	g.Expect(manager["resources"]).To(Equal(map[string]any{
@@ -152,6 +154,7 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{[]string{"webhook.existingCertSecret=my-cert", "webhook.caBundle=Zm9v"}, "at '/webhook/certManager/enabled'"},
 		{[]string{"webhook.certManager.issuerRef.kind=Secret"}, "at '/webhook/certManager/issuerRef/kind'"},
 		{[]string{"services.enabled=yes"}, "at '/services/enabled': got string, want boolean"},
+		{[]string{"extraArgs={ipam-api-timeout=20s}"}, "at '/extraArgs/0'"},
 	} {
 		_, err := render(t, providerNamespace, c.set...)
 		NewWithT(t).Expect(err).To(MatchError(And(ContainSubstring("values don't meet the specifications of the schema"),

@@ -1,10 +1,7 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -30,16 +27,9 @@ import (
 // helmRun runs the pinned Helm (E2E_HELM) against w.
 func helmRun(t *testing.T, w *localcluster.ControlPlane, args ...string) string {
 	t.Helper()
-	if paths.Helm == "" {
-		t.Fatal("E2E_HELM is not set: run through 'make test' or 'make test-e2e', which build bin/helm")
-	}
-	home := t.TempDir()
-	cmd := exec.Command(paths.Helm, append(args, "--kubeconfig", w.Kubeconfig)...)
-	cmd.Env = []string{"HOME=" + home, "XDG_CONFIG_HOME=" + home, "XDG_CACHE_HOME=" + home, "XDG_DATA_HOME=" + home, "PATH=" + os.Getenv("PATH")}
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	newG(t).Expect(cmd.Run()).To(Succeed(), "helm %s:\n%s", strings.Join(args, " "), out.String())
-	return out.String()
+	out, err := w.Helm(args...)
+	newG(t).Expect(err).NotTo(HaveOccurred(), "helm %s:\n%s", strings.Join(args, " "), out)
+	return out
 }
 
 // The Helm chart's life on a real control plane, as Argo CD or a user drives it:

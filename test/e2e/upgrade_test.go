@@ -42,34 +42,6 @@ func previousRelease(t *testing.T) (version, dir string) {
 	return filepath.Base(paths.Previous), paths.Previous
 }
 
-// upgradeRepository writes a clusterctl repository in w's folder that holds both the
-// previous release and the build under test, as a release repository does, and points
-// w's clusterctl at it (core Cluster API and cert-manager from the suite's repository).
-func upgradeRepository(t *testing.T, w *localcluster.ControlPlane) {
-	t.Helper()
-	g := newG(t)
-	previous, previousDir := previousRelease(t)
-	repo := filepath.Join(w.Dir, "repository", "ipam-vitistack")
-	for version, from := range map[string]string{
-		previous:      previousDir,
-		paths.Version: filepath.Join(paths.Repository, "ipam-vitistack", paths.Version),
-	} {
-		g.Expect(os.MkdirAll(filepath.Join(repo, version), 0o700)).To(Succeed())
-		for _, f := range []string{"ipam-components.yaml", "ipam-components-workload.yaml", "metadata.yaml"} {
-			b, err := os.ReadFile(filepath.Join(from, f))
-			g.Expect(err).NotTo(HaveOccurred())
-			g.Expect(os.WriteFile(filepath.Join(repo, version, f), b, 0o600)).To(Succeed())
-		}
-	}
-	config, err := os.ReadFile(paths.ClusterctlConfig())
-	g.Expect(err).NotTo(HaveOccurred())
-	ours := "file://" + filepath.Join(paths.Repository, "ipam-vitistack", paths.Version, "ipam-components.yaml")
-	g.Expect(string(config)).To(ContainSubstring(ours))
-	config = []byte(strings.Replace(string(config), ours, "file://"+filepath.Join(repo, paths.Version, "ipam-components.yaml"), 1))
-	w.ClusterctlConfig = filepath.Join(w.Dir, "repository", "clusterctl.yaml")
-	g.Expect(os.WriteFile(w.ClusterctlConfig, config, 0o600)).To(Succeed())
-}
-
 // upgradeClaim is a claim made under the previous release and what it was bound to.
 type upgradeClaim struct {
 	claim    *ipamv1.IPAddressClaim
@@ -92,8 +64,9 @@ func TestClusterctlUpgradeFromThePreviousRelease(t *testing.T) {
 	ctx := context.Background()
 	previous, previousDir := previousRelease(t)
 	w := newControlPlane(t, "upgrade", nil)
-	upgradeRepository(t, w)
-	_, err := w.InitVersion(ctx, providerVars(simOf(w)), previous)
+	_, err := w.UseUpgradeRepository()
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = w.InitVersion(ctx, providerVars(simOf(w)), previous)
 	g.Expect(err).NotTo(HaveOccurred())
 	old := startManagerOf(t, w, filepath.Join(previousDir, "manager"))
 

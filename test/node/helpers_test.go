@@ -1,12 +1,10 @@
 package node
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/pem"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -38,20 +36,9 @@ const (
 // helm runs the pinned Helm against the node's control plane.
 func helm(t *testing.T, args ...string) string {
 	t.Helper()
-	out, err := helmErr(t, args...)
+	out, err := cp.Helm(args...)
 	newG(t).Expect(err).NotTo(HaveOccurred(), "helm %s:\n%s", strings.Join(args, " "), out)
 	return out
-}
-
-func helmErr(t *testing.T, args ...string) (string, error) {
-	t.Helper()
-	home := t.TempDir()
-	cmd := exec.Command(paths.Helm, append(args, "--kubeconfig", cp.Kubeconfig)...)
-	cmd.Env = []string{"HOME=" + home, "XDG_CONFIG_HOME=" + home, "XDG_CACHE_HOME=" + home, "XDG_DATA_HOME=" + home, "PATH=" + os.Getenv("PATH")}
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	return out.String(), err
 }
 
 // installChart starts an IPAM-API stand-in on the node's address and installs the
@@ -74,42 +61,43 @@ func startSim(t *testing.T, args ...string) *localcluster.Sim {
 }
 
 // helmInstall installs the chart in the workload flavour against the IPAM-API api, with
-// the webhook's certificate from a Secret of the user's (webhookCert; no cert-manager),
-// and waits until the Deployment is available. It is uninstalled when the test ends,
+// the webhook's certificate from a Secret of the user's (webhookCert) unless sets has
+// withCertManager, and waits until the Deployment is available. It is uninstalled when the test ends,
 // unless the test did so.
 func helmInstall(t *testing.T, api *localcluster.Sim, sets ...string) {
 	t.Helper()
 	if capiCoreCRDs && !slices.Contains(sets, "cluster=management") {
-		t.Fatal("the workload flavour installed after Cluster API core's CRDs replaced its own: run the tests that install it before TestTheManagementFlavourKeepsTheDefaultSecretInItsNamespace")
+		t.Fatal("the workload flavour installed after Cluster API core's CRDs replaced its own: run the tests that install it before those in with_capi_test.go")
 	}
 	// The image make image wrote and the node imported (IMG).
 	i := strings.LastIndex(paths.Image, ":")
 	repository, tag := paths.Image[:i], paths.Image[i+1:]
 	args := []string{"install", release, chart, "--namespace", ns, "--wait", "--timeout", "3m",
-		"--set", "ipamAPI.url=" + api.URL, "--set", "image.repository=" + repository, "--set", "image.tag=" + tag,
-		"--set", "webhook.certManager.enabled=false", "--set", "webhook.existingCertSecret=webhook-cert",
-		"--set", "webhook.caBundle=" + webhookCert(t)}
+		"--set", "ipamAPI.url=" + api.URL, "--set", "image.repository=" + repository, "--set", "image.tag=" + tag}
+	ensureNamespace(t, ns)
+	if !slices.Contains(sets, withCertManager) {
+		args = append(args, "--set", "webhook.certManager.enabled=false", "--set", "webhook.existingCertSecret=webhook-cert",
+			"--set", "webhook.caBundle="+webhookCert(t))
+	}
 	for _, s := range sets {
 		args = append(args, "--set", s)
 	}
 	helm(t, args...)
 	t.Cleanup(func() {
-		if out, err := helmErr(t, "status", release, "--namespace", ns); err == nil || !strings.Contains(out, "not found") {
+		if out, err := cp.Helm("status", release, "--namespace", ns); err == nil || !strings.Contains(out, "not found") {
 			helm(t, "uninstall", release, "--namespace", ns, "--wait")
 		}
 	})
 }
 
-// webhookCert makes the release's namespace and the Secret webhook-cert in it, a
-// certificate for the webhook Service signed by a CA of the test's, unless they exist,
-// and returns the CA as the chart's webhook.caBundle wants it (base64 PEM).
+// webhookCert makes the Secret webhook-cert in the release's namespace, a certificate
+// for the webhook Service signed by a CA of the test's, unless it exists, and returns
+// the CA as the chart's webhook.caBundle wants it (base64 PEM).
 func webhookCert(t *testing.T) string {
 	t.Helper()
 	g := newG(t)
 	ctx := context.Background()
-	if err := cp.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); !apierrors.IsAlreadyExists(err) {
-		g.Expect(err).NotTo(HaveOccurred())
-	}
+	ensureNamespace(t, ns)
 	secret := &corev1.Secret{}
 	err := cp.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "webhook-cert"}, secret)
 	if apierrors.IsNotFound(err) {
@@ -126,6 +114,13 @@ func webhookCert(t *testing.T) string {
 	_, ca := pem.Decode(secret.Data[corev1.TLSCertKey])
 	g.Expect(ca).NotTo(BeEmpty())
 	return base64.StdEncoding.EncodeToString(ca)
+}
+
+// ensureNamespace creates the namespace name unless it exists.
+func ensureNamespace(t *testing.T, name string) {
+	t.Helper()
+	err := cp.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	newG(t).Expect(client.IgnoreAlreadyExists(err)).To(Succeed())
 }
 
 // newPool creates a GlobalVitistackIPPool of the zone hnet-private, IPv4; it is deleted
@@ -196,19 +191,31 @@ func liveHolders(t *testing.T, api *localcluster.Sim, address string) []sim.Hold
 // processOf is the manager process on the machine whose command line holds arg.
 func processOf(t *testing.T, arg string) int {
 	t.Helper()
-	procs, err := filepath.Glob("/proc/[0-9]*/cmdline")
-	newG(t).Expect(err).NotTo(HaveOccurred())
-	for _, p := range procs {
-		b, err := os.ReadFile(p)
-		if err != nil || !bytes.Contains(b, []byte(arg)) || !bytes.HasPrefix(b, []byte("/manager\x00")) {
-			continue
+	for _, pid := range localcluster.ProcessesWith(arg) {
+		b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+		if err == nil && strings.HasPrefix(string(b), "/manager\x00") {
+			return pid
 		}
-		pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p)))
-		newG(t).Expect(err).NotTo(HaveOccurred())
-		return pid
 	}
 	t.Fatalf("no /manager process with %s", arg)
 	return 0
+}
+
+// registrations counts the registrations the IPAM-API stand-in api answered.
+func registrations(t *testing.T, api *localcluster.Sim) int {
+	t.Helper()
+	stats, err := api.Stats(context.Background())
+	newG(t).Expect(err).NotTo(HaveOccurred())
+	return stats.Count(sim.RouteRegister, 201) + stats.Count(sim.RouteRegister, 200)
+}
+
+// allManagerPods are the manager's Pods, those being deleted among them.
+func allManagerPods(t *testing.T) []corev1.Pod {
+	t.Helper()
+	pods := &corev1.PodList{}
+	newG(t).Expect(cp.Client.List(context.Background(), pods, client.InNamespace(ns),
+		client.MatchingLabels{"control-plane": "controller-manager"})).To(Succeed())
+	return pods.Items
 }
 
 // firstLines is the first n lines of b.

@@ -2,8 +2,6 @@ package node
 
 import (
 	"context"
-	"os"
-	"strings"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -13,7 +11,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vitistack/cluster-api-ipam-provider-vitistack/internal/localcluster"
-	"github.com/vitistack/cluster-api-ipam-provider-vitistack/pkg/ipamapi/sim"
 )
 
 // helm upgrade with another value rolls the Deployment out, Pod by Pod, and helm
@@ -25,12 +22,7 @@ func TestHelmUpgradeAndRollbackRollThePods(t *testing.T) {
 	api := installChart(t)
 	newPool(t, "node-upgrade-ipv4")
 	claim, address := bind(t, "kept", "node-upgrade-ipv4")
-	registrations := func() int {
-		stats, err := api.Stats(ctx)
-		g.Expect(err).NotTo(HaveOccurred())
-		return stats.Count(sim.RouteRegister, 201) + stats.Count(sim.RouteRegister, 200)
-	}
-	g.Expect(registrations()).To(Equal(1))
+	g.Expect(registrations(t, api)).To(Equal(1))
 
 	helm(t, "upgrade", release, chart, "--namespace", ns, "--reuse-values", "--set", "logLevel=1", "--wait", "--timeout", "3m")
 	g.Expect(podArgs(t)).To(ContainElement("--v=1"), "the upgraded Deployment's Pod runs")
@@ -43,58 +35,7 @@ func TestHelmUpgradeAndRollbackRollThePods(t *testing.T) {
 	// The last Pod took over the claim (it releases it), and no Pod registered it again.
 	deleteAndWait(t, claim)
 	g.Expect(liveHolders(t, api, address.Spec.Address)).To(BeEmpty())
-	g.Expect(registrations()).To(Equal(1), "the new Pods registered the bound claim again")
-}
-
-// The chart's management flavour on a cluster with Cluster API core's CRDs, installed in
-// a namespace of the user's choice (not the clusterctl install's): the manager keeps
-// the default secret in the release's namespace, where the chart gives it the right to,
-// so a pool without a secretRef works there. It runs last (Go runs a package's tests in
-// the order of its files): Cluster API's CRDs replace the workload flavour's, which a
-// later workload install could not take back (helmInstall refuses to try).
-func TestTheManagementFlavourKeepsTheDefaultSecretInItsNamespace(t *testing.T) {
-	g := newG(t)
-	ctx := context.Background()
-	applyCAPICoreCRDs(t)
-	installChart(t, "cluster=management")
-	newPool(t, "node-management-ipv4")
-	claim, _ := bind(t, "mgmt", "node-management-ipv4")
-	secret := &corev1.Secret{}
-	g.Expect(cp.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "default"}, secret)).To(Succeed(),
-		"the default secret is in the release's namespace")
-	g.Expect(secret.Finalizers).To(ContainElement("ipam.vitistack.io/secret-in-use"))
-	deleteAndWait(t, claim)
-}
-
-// applyCAPICoreCRDs applies the CRDs of Cluster API core's components from the offline
-// clusterctl repository, as clusterctl init would, without its controller.
-func applyCAPICoreCRDs(t *testing.T) {
-	t.Helper()
-	g := newG(t)
-	core, err := os.ReadFile(paths.Repository + "/cluster-api/" + capiVersion(t) + "/core-components.yaml")
-	g.Expect(err).NotTo(HaveOccurred())
-	var crds []string
-	for _, doc := range strings.Split(string(core), "\n---\n") {
-		if strings.Contains(doc, "\nkind: CustomResourceDefinition\n") || strings.HasPrefix(doc, "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\n") {
-			crds = append(crds, doc)
-		}
-	}
-	g.Expect(crds).NotTo(BeEmpty())
-	_, err = cp.Apply(context.Background(), strings.Join(crds, "\n---\n"))
-	g.Expect(err).NotTo(HaveOccurred())
-	capiCoreCRDs = true
-}
-
-// capiCoreCRDs: Cluster API core's CRDs replaced the workload flavour's.
-var capiCoreCRDs bool
-
-// capiVersion is the Cluster API version of the offline repository (its only one).
-func capiVersion(t *testing.T) string {
-	t.Helper()
-	entries, err := os.ReadDir(paths.Repository + "/cluster-api")
-	newG(t).Expect(err).NotTo(HaveOccurred())
-	newG(t).Expect(entries).To(HaveLen(1))
-	return entries[0].Name()
+	g.Expect(registrations(t, api)).To(Equal(1), "the new Pods registered the bound claim again")
 }
 
 // podArgs are the manager container's arguments in the Deployment's one ready Pod,
