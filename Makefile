@@ -332,7 +332,7 @@ export E2E_CERT_MANAGER_CHART := $(CERT_MANAGER_CHART)
 .PHONY: test-node
 test-node: test-assets node-assets e2e-assets $(HELM) $(TESTREPORT) ## The tests on a node (kubelet, containerd, kube-proxy: the shipped image in Pods, Helm, MetalLB announcing) on the newest Kubernetes; as root, in network namespaces of their own; RUN=regexp picks some.
 	@[[ "$(KUBE_VERSION)" == "$(KUBE_VERSION_NEWEST)" ]] || { echo "make test-node runs on Kubernetes $(KUBE_VERSION_NEWEST) only (KUBE_VERSION=$(KUBE_VERSION))" >&2; exit 1; }
-	@$(PROGRESS) "Running the node suite (~3 min)" -- env KUBEBUILDER_ASSETS=$(BIN)/k8s/$(KUBE_VERSION_NEWEST) \
+	@$(PROGRESS) "Running the node suite (~4.5 min)" -- env KUBEBUILDER_ASSETS=$(BIN)/k8s/$(KUBE_VERSION_NEWEST) \
 		$(TESTREPORT) -require-tests -times -- $(GO_TEST) -json -count=1 -timeout 20m $(if $(RUN),-run '$(RUN)') ./test/node/
 
 .PHONY: node-assets
@@ -488,7 +488,7 @@ $(BIN)/images/metallb-%.tar: $(BIN)/metallb-% $(wildcard hack/image/*.go)
 # name says, in three images under cert-manager's names; its chart as cert-manager
 # ships it, with the version set (the module's copy says v0.0.0).
 $(CERT_MANAGER): hack/tools/cert-manager/go.mod $(wildcard hack/tools/cert-manager/node/*.go)
-	@cd hack/tools/cert-manager && $(PROGRESS) "Building cert-manager's controller, webhook and cainjector from source into bin/ (first run only, ~2 min)" -- \
+	@cd hack/tools/cert-manager && $(PROGRESS) "Building cert-manager's controller, webhook and cainjector from source into bin/ (first run only, ~1.5 min)" -- \
 		$(GO_BUILD) build -trimpath -ldflags "$(TOOL_LDFLAGS)" -o $@ ./node
 
 $(BIN)/images/cert-manager-%.tar: $(CERT_MANAGER) $(wildcard hack/image/*.go)

@@ -8,6 +8,7 @@ import (
 	"sigs.k8s.io/cluster-api-ipam-provider-in-cluster/pkg/ipamutil"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	. "github.com/onsi/gomega"
 	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
@@ -182,8 +184,11 @@ func TestWriteBudget(t *testing.T) {
 		{Verb: "PUT", Resource: "configmaps"}:                2,              // and taken off the list of protected Secrets
 		{Verb: "PATCH", Resource: "vitistackippools/status"}: 2 * 2 * (time.Since(start).Seconds() + 3),
 	}
+	// An event or a write over budget: what the provider said while it released (a
+	// conflict, a transient error) tells which path took the extra write.
+	said := eventsSince(g, ns.Name, start)
 	for k, v := range writes {
-		g.Expect(v).To(BeNumerically("<=", budget[k]), "%s: %g writes deleting %d claims, budget %g", k, v, total, budget[k])
+		g.Expect(v).To(BeNumerically("<=", budget[k]), "%s: %g writes deleting %d claims, budget %g; events:\n%s", k, v, total, budget[k], said)
 	}
 	// One uncached read of the owning Secret per release (and the protector's as it
 	// lets the Secret go): at most one a reconcile.
@@ -221,6 +226,20 @@ func TestARetryRecordsItsRequest(t *testing.T) {
 	// ipamutil's finalizer, then one claim patch per request.
 	g.Expect(writes.Get("PATCH", "ipaddressclaims")).To(BeNumerically("<=", 3*n), "more than one claim patch per request")
 	g.Expect(writes.Get("POST", "ipaddresses")).To(BeNumerically("==", n))
+}
+
+// eventsSince lists the events in namespace ns since start, one a line: object, reason,
+// message.
+func eventsSince(g Gomega, ns string, start time.Time) string {
+	list := &eventsv1.EventList{}
+	g.Expect(env.Client.List(ctx, list, client.InNamespace(ns))).To(Succeed())
+	var lines []string
+	for _, e := range list.Items {
+		if !e.CreationTimestamp.Time.Before(start.Truncate(time.Second)) {
+			lines = append(lines, fmt.Sprintf("  %s %s: %s: %s", e.Regarding.Kind, e.Regarding.Name, e.Reason, e.Note))
+		}
+	}
+	return strings.Join(lines, "\n")
 }
 
 // providerWrites are the writes in c that are not the test's own (creating claims,
