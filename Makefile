@@ -532,6 +532,14 @@ quickstart: ## Everything on this machine: control plane, clusterctl init --ipam
 	$(MAKE) --no-print-directory test-assets e2e-assets; \
 	$(BIN)/quickstart --built-in $$(( $$(date +%s) - start ))s --dir $(ROOT)/out/quickstart --templates $(ROOT)/templates $(QUICKSTART_FLAGS)
 
+.PHONY: quickstart-node
+quickstart-node: ## The provider as a cluster runs it, as root: a node (kubelet, containerd) in network namespaces of its own, cert-manager, clusterctl init (the image in a Pod), MetalLB announcing a Service to a client host. Ctrl-C stops it.
+	@[[ $$(id -u) == 0 ]] || { echo "make quickstart-node needs root (network namespaces, mounts, cgroups): sudo make quickstart-node" >&2; exit 1; }
+	@hack/prerequisites.sh
+	@start=$$(date +%s); \
+	$(MAKE) --no-print-directory test-assets e2e-assets node-assets $(HELM); \
+	KUBEBUILDER_ASSETS=$(BIN)/k8s/$(KUBE_VERSION_NEWEST) $(BIN)/quickstart --node --built-in $$(( $$(date +%s) - start ))s --dir $(ROOT)/out/quickstart-node
+
 .PHONY: status
 status: ## Claims (Ready, address, pool, age), LoadBalancer Services and pools of KUBECONFIG (default: the running quickstart's) in one table.
 	@$(GO_BUILD) build -trimpath -o $(BIN)/quickstart ./hack/quickstart

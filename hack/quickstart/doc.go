@@ -9,6 +9,11 @@
 // Services and pools (README.md shows this output; test/e2e compares the two) and a
 // KUBECONFIG to explore with, and stops everything on Ctrl-C.
 //
+// With --node (make quickstart-node, as root) it runs the provider as a cluster does
+// instead, on the node of test/node in network namespaces of its own: cert-manager,
+// clusterctl init with the image in a Pod, MetalLB's speaker, and a LoadBalancer
+// Service that a client host on the node's link reaches.
+//
 // `quickstart status` (make status) prints the same tables for the cluster of
 // --kubeconfig or KUBECONFIG.
 package main

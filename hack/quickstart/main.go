@@ -41,21 +41,33 @@ func main() {
 
 Runs the provider on this machine: the IPAM-API stand-in, etcd, kube-apiserver and
 kube-controller-manager on 127.0.0.1, clusterctl init --ipam vitistack, the manager
-(restarted when it dies) with both webhooks, and the examples of templates/.
+(restarted when it dies) with both webhooks, and the examples of templates/. With
+--node (make quickstart-node, as root): the image in a Pod on a node of its own.
 
 Flags:
 `)
 		fs.PrintDefaults()
 	}
-	dir := fs.String("dir", "out/quickstart", "directory for kubeconfigs, certificates and logs (emptied first)")
+	dir := fs.String("dir", "out/quickstart", "directory for kubeconfigs, certificates and logs (emptied first; out/quickstart-node with --node)")
 	templates := fs.String("templates", "templates", "directory with global-pools.yaml, claims.yaml and service.yaml")
 	noRestart := fs.Bool("no-restart", false, "leave the manager dead when it dies (to try what a crash does), instead of restarting it")
 	builtIn := fs.Duration("built-in", 0, "how long make spent building before (printed with the start time)")
+	onNode := fs.Bool("node", false, "run the provider as a cluster runs it, on a real node (make quickstart-node; as root)")
 	_ = fs.Parse(os.Args[1:])
 	ctrl.SetLogger(logr.Discard()) // the processes log to files in --dir
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, stop, options{dir: *dir, templates: *templates, restart: !*noRestart, builtIn: *builtIn}); err != nil {
+	o := options{dir: *dir, templates: *templates, restart: !*noRestart, builtIn: *builtIn}
+	start := run
+	if *onNode {
+		start = runNode
+		dirSet := false
+		fs.Visit(func(f *flag.Flag) { dirSet = dirSet || f.Name == "dir" })
+		if !dirSet {
+			o.dir = "out/quickstart-node"
+		}
+	}
+	if err := start(ctx, stop, o); err != nil {
 		fmt.Fprintln(os.Stderr, "quickstart:", err)
 		os.Exit(1)
 	}
@@ -69,33 +81,33 @@ type options struct {
 
 func step(format string, args ...any) { fmt.Printf("==> "+format+"\n", args...) }
 
-func run(ctx context.Context, stop func(), o options) error {
+// prepare reads what make built (or names the target that builds it) and empties --dir,
+// whose absolute path it returns.
+func (o options) prepare(target string) (localcluster.Paths, string, error) {
 	paths, ok := localcluster.PathsFromEnv()
 	if !ok {
-		return errors.New("run it with 'make quickstart', which builds what it needs and sets E2E_REPOSITORY and friends")
+		return paths, "", errors.Errorf("run it with 'make %s', which builds what it needs and sets E2E_REPOSITORY and friends", target)
 	}
 	if err := paths.Check(); err != nil {
-		return err
+		return paths, "", err
 	}
-	dir, err := filepath.Abs(o.dir)
+	dir, err := emptyDir(o.dir)
+	return paths, dir, err
+}
+
+// took says how long make built and the quickstart started (since start).
+func (o options) took(start time.Time) string {
+	took := fmt.Sprintf("started in %s", time.Since(start).Round(time.Second))
+	if o.builtIn > 0 {
+		took = fmt.Sprintf("built in %s, %s", o.builtIn.Round(time.Second), took)
+	}
+	return took
+}
+
+func run(ctx context.Context, stop func(), o options) error {
+	paths, dir, err := o.prepare("quickstart")
 	if err != nil {
-		return errors.Wrap(err, "--dir")
-	}
-	// The folder is emptied first: only if it is empty or one of ours.
-	marker := filepath.Join(dir, ".quickstart")
-	if entries, err := os.ReadDir(dir); err == nil && len(entries) > 0 {
-		if _, err := os.Stat(marker); err != nil {
-			return errors.Errorf("--dir %s is not empty and was not made by the quickstart: not emptying it", dir)
-		}
-	}
-	if err := os.RemoveAll(dir); err != nil {
-		return errors.Wrapf(err, "emptying %s", dir)
-	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return errors.Wrapf(err, "creating %s", dir)
-	}
-	if err := os.WriteFile(marker, nil, 0o600); err != nil {
-		return errors.Wrapf(err, "creating %s", marker)
+		return err
 	}
 	start := time.Now()
 
@@ -173,16 +185,34 @@ func run(ctx context.Context, stop func(), o options) error {
 	if err := printStatus(ctx, cp.Client, os.Stdout, time.Now()); err != nil {
 		return err
 	}
-	took := fmt.Sprintf("started in %s", time.Since(start).Round(time.Second))
-	if o.builtIn > 0 {
-		took = fmt.Sprintf("built in %s, %s", o.builtIn.Round(time.Second), took)
-	}
-	fmt.Printf(readyText, took, cp.Kubeconfig, sim.DebugURL, sup.current().MetricsURL, dir)
+	fmt.Printf(readyText, o.took(start), cp.Kubeconfig, sim.DebugURL, sup.current().MetricsURL, dir)
 	<-ctx.Done()
 	stop() // a second Ctrl-C ends the quickstart at once
 	fmt.Println()
 	step("Stopping")
 	return nil
+}
+
+// emptyDir makes the folder dir, emptied first: only if it is empty or one of ours. It
+// returns its absolute path.
+func emptyDir(dir string) (string, error) {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return "", errors.Wrap(err, "--dir")
+	}
+	marker := filepath.Join(dir, ".quickstart")
+	if entries, err := os.ReadDir(dir); err == nil && len(entries) > 0 {
+		if _, err := os.Stat(marker); err != nil {
+			return "", errors.Errorf("--dir %s is not empty and was not made by the quickstart: not emptying it", dir)
+		}
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return "", errors.Wrapf(err, "emptying %s", dir)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", errors.Wrapf(err, "creating %s", dir)
+	}
+	return dir, errors.Wrapf(os.WriteFile(marker, nil, 0o600), "creating %s", marker)
 }
 
 // readyText is what the quickstart prints once everything is allocated; README.md's

@@ -223,7 +223,9 @@ state = %[2]q
 `, PodCIDR, filepath.Join(d, "cni-ipam"))
 	// failCgroupV1: these machines have cgroups v1. No eviction and no image garbage
 	// collection: a test's disk is what it is. No DNS Service: Pods reach kube-apiserver
-	// and each other by address.
+	// and each other by address. syncFrequency 10s (a minute by default): a Secret's
+	// change reaches its volumes within seconds, where MetalLB's controller waits for the
+	// certificate it has just written (its liveness probe restarted it after 30 s).
 	kubelet := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 failCgroupV1: false
@@ -248,6 +250,7 @@ localStorageCapacityIsolation: false
 volumePluginDir: %[4]q
 podLogsDir: %[5]q
 serializeImagePulls: false
+syncFrequency: 10s
 `, n.socket, NodeIP, filepath.Join(d, "resolv.conf"), filepath.Join(d, "volume-plugins"), filepath.Join(d, "pod-logs"))
 	for file, data := range map[string]string{
 		"containerd.toml": containerd, filepath.Join("net.d", "10-node.conflist"): cni,

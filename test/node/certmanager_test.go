@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"os"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -35,27 +34,13 @@ func TestCertManagerIssuesTheChartsWebhookCertificate(t *testing.T) {
 	deleteAndWait(t, claim)
 }
 
-// installCertManager installs cert-manager's chart, as cert-manager documents it (CRDs
-// included), with the images make test-node built, once for the suite, and waits until
-// its webhook admits cert-manager's objects (its cainjector injected the webhook's CA).
+// installCertManager installs cert-manager (InstallCertManager) once for the suite.
 func installCertManager(t *testing.T) {
 	t.Helper()
 	if certManagerInstalled {
 		return
 	}
-	g := newG(t)
-	chart := os.Getenv("E2E_CERT_MANAGER_CHART")
-	g.Expect(chart).NotTo(BeEmpty(), "E2E_CERT_MANAGER_CHART: run through make test-node")
-	helm(t, "install", "cert-manager", chart, "--namespace", "cert-manager", "--create-namespace",
-		"--set", "crds.enabled=true", "--set", "startupapicheck.enabled=false", "--wait", "--timeout", "3m")
-	issuer := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "cert-manager.io/v1", "kind": "Issuer",
-		"metadata": map[string]any{"namespace": "cert-manager", "name": "webhook-check"},
-		"spec":     map[string]any{"selfSigned": map[string]any{}},
-	}}
-	g.Eventually(func() error {
-		return cp.Client.Create(context.Background(), issuer.DeepCopy(), client.DryRunAll)
-	}).Should(Succeed(), "cert-manager's webhook admits an Issuer")
+	newG(t).Expect(cp.InstallCertManager(context.Background())).To(Succeed())
 	certManagerInstalled = true
 }
 

@@ -128,13 +128,12 @@ func TestDeletingTheLeadersPodHandsOverLeadership(t *testing.T) {
 // and no address is leaked.
 //
 // The new leader waits out --ipam-api-quarantine before it releases what it did not
-// see live: the installs set a short one through extraArgs (the stand-in answers at
-// once), as a user may for another flag.
+// see live: the installs set a short one through extraArgs (shortQuarantine), as a
+// user may for another flag.
 func TestAClaimDeletedAfterUninstallIsReleasedByTheNextInstall(t *testing.T) {
 	g := newG(t)
 	ctx := context.Background()
-	short := "extraArgs={--ipam-api-timeout=2s,--ipam-api-quarantine=5s}"
-	api := installChart(t, short)
+	api := installChart(t, shortQuarantine)
 	newPool(t, "node-uninstall-ipv4")
 	claim, address := bind(t, "orphan", "node-uninstall-ipv4")
 
@@ -150,7 +149,7 @@ func TestAClaimDeletedAfterUninstallIsReleasedByTheNextInstall(t *testing.T) {
 	g.Expect(liveHolders(t, api, address.Spec.Address)).To(HaveLen(1))
 
 	// Installed again with the same IPAM-API: the claim is released and goes.
-	helmInstall(t, api, short)
+	helmInstall(t, api, shortQuarantine)
 	g.Expect(podArgs(t)).To(ContainElement("--ipam-api-quarantine=5s"))
 	g.Eventually(func() bool {
 		return apierrors.IsNotFound(cp.Client.Get(ctx, client.ObjectKeyFromObject(claim), got))

@@ -41,6 +41,11 @@ func helm(t *testing.T, args ...string) string {
 	return out
 }
 
+// shortQuarantine is a chart value for tests where a new leader releases a claim it did
+// not see live: it waits out --ipam-api-quarantine first, which must be longer than
+// --ipam-api-timeout (the stand-in answers at once).
+const shortQuarantine = "extraArgs={--ipam-api-timeout=2s,--ipam-api-quarantine=5s}"
+
 // installChart starts an IPAM-API stand-in on the node's address and installs the
 // chart against it (helmInstall).
 func installChart(t *testing.T, sets ...string) *localcluster.Sim {

@@ -45,13 +45,11 @@ func TestMain(m *testing.M) {
 
 func run(m *testing.M) (code int) {
 	var ok bool
-	if paths, ok = localcluster.PathsFromEnv(); !ok || os.Getenv("E2E_KUBELET") == "" {
+	paths, ok = localcluster.PathsFromEnv()
+	var nodeOK bool
+	if nodePaths, nodeOK = localcluster.NodePathsFromEnv(); !ok || !nodeOK {
 		fmt.Fprintln(os.Stderr, "test/node: run through 'make test-node', which builds the node's programs and images")
 		return 1
-	}
-	nodePaths = localcluster.NodePaths{
-		Kubelet: os.Getenv("E2E_KUBELET"), KubeProxy: os.Getenv("E2E_KUBE_PROXY"), CNI: os.Getenv("E2E_CNI"),
-		Containerd: "containerd", Ctr: "ctr", Images: strings.Fields(os.Getenv("E2E_IMAGES")),
 	}
 	namespaces, _ = localcluster.InNodeNamespace()
 	var err error

@@ -16,10 +16,15 @@ import (
 // helm upgrade with another value rolls the Deployment out, Pod by Pod, and helm
 // rollback rolls it back; the new Pods take over the bound claim and register nothing
 // again.
+//
+// The claim is deleted once the last Pod is Ready, which may be before that Pod leads
+// and has seen the claim live: it then waits out --ipam-api-quarantine before it
+// releases it (a minute by default). The install sets a short one, which upgrade and
+// rollback keep.
 func TestHelmUpgradeAndRollbackRollThePods(t *testing.T) {
 	g := newG(t)
 	ctx := context.Background()
-	api := installChart(t)
+	api := installChart(t, shortQuarantine)
 	newPool(t, "node-upgrade-ipv4")
 	claim, address := bind(t, "kept", "node-upgrade-ipv4")
 	g.Expect(registrations(t, api)).To(Equal(1))
