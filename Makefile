@@ -535,6 +535,7 @@ quickstart: ## Everything on this machine: control plane, clusterctl init --ipam
 .PHONY: quickstart-node
 quickstart-node: ## The provider as a cluster runs it, as root: a node (kubelet, containerd) in network namespaces of its own, cert-manager, clusterctl init (the image in a Pod), MetalLB announcing a Service to a client host. Ctrl-C stops it.
 	@[[ $$(id -u) == 0 ]] || { echo "make quickstart-node needs root (network namespaces, mounts, cgroups): sudo make quickstart-node" >&2; exit 1; }
+	@[[ "$(KUBE_VERSION)" == "$(KUBE_VERSION_NEWEST)" ]] || { echo "make quickstart-node runs on Kubernetes $(KUBE_VERSION_NEWEST) only (KUBE_VERSION=$(KUBE_VERSION))" >&2; exit 1; }
 	@hack/prerequisites.sh
 	@start=$$(date +%s); \
 	$(MAKE) --no-print-directory test-assets e2e-assets node-assets $(HELM); \

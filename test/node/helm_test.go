@@ -75,11 +75,14 @@ func TestTheChartRunsTheImageWithTheUsersCertificate(t *testing.T) {
 
 // Two replicas, as operations.md sizes them for fail-over: deleting the leader's Pod
 // hands the lease to the other within the lease's duration (the leader gives it up as
-// it stops), and no claim is registered twice, before, during or after.
+// it stops), and no claim is registered twice, before, during or after. A request the
+// leader sent as it stopped, its answer lost, is waited out by the next leader for
+// --ipam-api-quarantine before it is sent again (up to a minute by default; here
+// shortQuarantine).
 func TestDeletingTheLeadersPodHandsOverLeadership(t *testing.T) {
 	g := newG(t)
 	ctx := context.Background()
-	api := installChart(t, "replicas=2")
+	api := installChart(t, "replicas=2", shortQuarantine)
 	g.Expect(managerPods(t)).To(HaveLen(2))
 	newPool(t, "node-failover-ipv4")
 	_, before := bind(t, "before", "node-failover-ipv4")

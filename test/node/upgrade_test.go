@@ -15,7 +15,9 @@ import (
 
 // helm upgrade with another value rolls the Deployment out, Pod by Pod, and helm
 // rollback rolls it back; the new Pods take over the bound claim and register nothing
-// again.
+// again. An upgrade with a mistake (a flag the manager refuses) leaves the Pod before it
+// serving, and its new Pod says why it exits in its status, where kubectl describe pod
+// shows it (terminationMessagePolicy FallbackToLogsOnError).
 //
 // The claim is deleted once the last Pod is Ready, which may be before that Pod leads
 // and has seen the claim live: it then waits out --ipam-api-quarantine before it
@@ -31,6 +33,30 @@ func TestHelmUpgradeAndRollbackRollThePods(t *testing.T) {
 
 	helm(t, "upgrade", release, chart, "--namespace", ns, "--reuse-values", "--set", "logLevel=1", "--wait", "--timeout", "3m")
 	g.Expect(podArgs(t)).To(ContainElement("--v=1"), "the upgraded Deployment's Pod runs")
+	serving := managerPods(t)[0].Name
+
+	helm(t, "upgrade", release, chart, "--namespace", ns, "--reuse-values", "--set", "extraArgs={--ipam-api-quarantine=1s}")
+	g.Eventually(func(g Gomega) {
+		var said []string
+		for _, p := range managerPods(t) {
+			for _, c := range p.Status.ContainerStatuses {
+				for _, st := range []corev1.ContainerState{c.State, c.LastTerminationState} {
+					if st.Terminated != nil {
+						said = append(said, p.Name+": "+st.Terminated.Message)
+					}
+				}
+			}
+		}
+		g.Expect(said).To(ContainElement(ContainSubstring("--ipam-api-quarantine (1s) must be longer than --ipam-api-timeout (10s)")))
+	}).Should(Succeed(), "the new Pod's status says why it exits")
+	pods := managerPods(t)
+	g.Expect(podNames(pods)).To(ContainElement(serving))
+	for _, p := range pods {
+		if p.Name == serving {
+			g.Expect(p.Status.ContainerStatuses[0].Ready).To(BeTrue(), "the Pod before the mistake still serves")
+		}
+	}
+
 	helm(t, "rollback", release, "1", "--namespace", ns, "--wait", "--timeout", "3m")
 	g.Expect(podArgs(t)).To(ContainElement("--v=0"), "the rolled-back Deployment's Pod runs")
 
