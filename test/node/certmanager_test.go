@@ -100,8 +100,11 @@ func refusesABadPool(t *testing.T, namespace string) {
 		Spec: ipamv1alpha1.VitistackIPPoolSpec{Zone: "hnet-private", IPFamily: ipamv1alpha1.IPv4,
 			Subnet: "192.0.2.0/24", ExcludedAddresses: []string{"192.0.2.20-192.0.2.10"}},
 	}
-	err := cp.Client.Create(context.Background(), bad)
-	g := newG(t)
-	g.Expect(err).To(HaveOccurred())
-	g.Expect(err.Error()).To(And(ContainSubstring("spec.excludedAddresses"), ContainSubstring("lowest first")))
+	// Until the Service's endpoints list the Ready Pod (a moment after the Deployment
+	// says it is available), kube-apiserver finds no endpoint to call.
+	newG(t).Eventually(func(g Gomega) {
+		err := cp.Client.Create(context.Background(), bad)
+		g.Expect(err).To(HaveOccurred())
+		g.Expect(err.Error()).To(And(ContainSubstring("spec.excludedAddresses"), ContainSubstring("lowest first")))
+	}).Should(Succeed())
 }
