@@ -170,7 +170,7 @@ func deploymentReady(ctx context.Context, c client.Client, namespace, name strin
 		last = errors.Errorf("%d of %d replicas Ready, %d updated", s.ReadyReplicas, want, s.UpdatedReplicas)
 		return s.ObservedGeneration == d.Generation && s.ReadyReplicas == want && s.UpdatedReplicas == want && s.Replicas == want, nil
 	})
-	return errors.Wrapf(firstErr(last, err), "Deployment %s/%s", namespace, name)
+	return errors.Wrapf(localcluster.WaitError(last, err), "Deployment %s/%s", namespace, name)
 }
 
 // reachFromClient waits until the Service has its address, then until a TCP connection
@@ -197,16 +197,5 @@ func reachFromClient(ctx context.Context, c client.Client, ns localcluster.NodeN
 		answer = strings.TrimSpace(answer)
 		return last == nil, nil
 	})
-	return address, answer, errors.Wrapf(firstErr(last, err), "the client host reaching Service %s", key)
-}
-
-// firstErr is the last error seen while waiting, or the wait's own.
-func firstErr(last, waited error) error {
-	if waited == nil {
-		return nil
-	}
-	if last != nil {
-		return last
-	}
-	return waited
+	return address, answer, errors.Wrapf(localcluster.WaitError(last, err), "the client host reaching Service %s", key)
 }

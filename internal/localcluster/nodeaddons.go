@@ -63,7 +63,7 @@ func (c *ControlPlane) InstallCertManager(ctx context.Context) error {
 		last = c.Client.Create(ctx, issuer.DeepCopy(), client.DryRunAll)
 		return last == nil, nil
 	}); err != nil {
-		return errors.Wrapf(last, "cert-manager's webhook does not admit an Issuer")
+		return errors.Wrapf(WaitError(last, err), "cert-manager's webhook does not admit an Issuer")
 	}
 	return nil
 }
@@ -111,7 +111,7 @@ func (c *ControlPlane) InstallMetalLB(ctx context.Context) error {
 		last = errors.Errorf("controller %d available, speaker %d ready", d.Status.AvailableReplicas, ds.Status.NumberReady)
 		return d.Status.AvailableReplicas == 1 && ds.Status.NumberReady == 1, nil
 	}); err != nil {
-		return errors.Wrap(last, "MetalLB's controller and speaker are not ready")
+		return errors.Wrap(WaitError(last, err), "MetalLB's controller and speaker are not ready")
 	}
 	pools := "---\napiVersion: metallb.io/v1beta1\nkind: IPAddressPool\nmetadata: {name: node-link, namespace: metallb-system}\n" +
 		"spec: {addresses: [" + LinkPool + "], autoAssign: false}\n" +
@@ -122,7 +122,7 @@ func (c *ControlPlane) InstallMetalLB(ctx context.Context) error {
 		_, last = c.Apply(ctx, pools)
 		return last == nil, nil
 	}); err != nil {
-		return errors.Wrap(last, "MetalLB's pool for the node's link")
+		return errors.Wrap(WaitError(last, err), "MetalLB's pool for the node's link")
 	}
 	return nil
 }
@@ -152,4 +152,16 @@ func EchoApp(namespace string) (*appsv1.Deployment, *corev1.Service) {
 			Ports: []corev1.ServicePort{{Name: "echo", Port: 80, TargetPort: intstr.FromInt32(8080)}}},
 	}
 	return backend, svc
+}
+
+// WaitError is why a wait ended without success: the last error its condition saw, or,
+// when it saw none (the context ended first), the wait's own; nil if the wait succeeded.
+func WaitError(last, waited error) error {
+	if waited == nil {
+		return nil
+	}
+	if last != nil {
+		return last
+	}
+	return waited
 }
