@@ -162,13 +162,8 @@ func deploymentReady(ctx context.Context, c client.Client, namespace, name strin
 		if last = c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, d); last != nil {
 			return false, nil
 		}
-		s := d.Status
-		want := int32(1)
-		if d.Spec.Replicas != nil {
-			want = *d.Spec.Replicas
-		}
-		last = errors.Errorf("%d of %d replicas Ready, %d updated", s.ReadyReplicas, want, s.UpdatedReplicas)
-		return s.ObservedGeneration == d.Generation && s.ReadyReplicas == want && s.UpdatedReplicas == want && s.Replicas == want, nil
+		last = localcluster.RolledOut(d)
+		return last == nil, nil
 	})
 	return errors.Wrapf(localcluster.WaitError(last, err), "Deployment %s/%s", namespace, name)
 }

@@ -108,8 +108,12 @@ func (c *ControlPlane) InstallMetalLB(ctx context.Context) error {
 		if last = c.Client.Get(ctx, client.ObjectKey{Namespace: MetalLBNamespace, Name: "speaker"}, ds); last != nil {
 			return false, nil
 		}
-		last = errors.Errorf("controller %d available, speaker %d ready", d.Status.AvailableReplicas, ds.Status.NumberReady)
-		return d.Status.AvailableReplicas == 1 && ds.Status.NumberReady == 1, nil
+		if last = RolledOut(d); last != nil {
+			last = errors.Wrap(last, "controller")
+			return false, nil
+		}
+		last = errors.Errorf("speaker %d of %d ready", ds.Status.NumberReady, ds.Status.DesiredNumberScheduled)
+		return ds.Status.NumberReady == 1, nil
 	}); err != nil {
 		return errors.Wrap(WaitError(last, err), "MetalLB's controller and speaker are not ready")
 	}
@@ -164,4 +168,18 @@ func WaitError(last, waited error) error {
 		return last
 	}
 	return waited
+}
+
+// RolledOut says why the Deployment is not rolled out (nil: it is): every replica it asks
+// for is of its current template and Ready, as its controller saw its current generation.
+func RolledOut(d *appsv1.Deployment) error {
+	s, want := d.Status, int32(1)
+	if d.Spec.Replicas != nil {
+		want = *d.Spec.Replicas
+	}
+	if s.ObservedGeneration == d.Generation && s.Replicas == want && s.UpdatedReplicas == want && s.ReadyReplicas == want {
+		return nil
+	}
+	return errors.Errorf("%d of %d replicas Ready, %d updated, %d in all (generation %d observed, %d current)",
+		s.ReadyReplicas, want, s.UpdatedReplicas, s.Replicas, s.ObservedGeneration, d.Generation)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"regexp"
 	"sigs.k8s.io/cluster-api-ipam-provider-in-cluster/pkg/ipamutil"
 	"slices"
 	"strconv"
@@ -142,13 +143,26 @@ func TestWriteBudget(t *testing.T) {
 	before, err = apicount.Read(ctx, env.Config)
 	g.Expect(err).NotTo(HaveOccurred())
 	simBefore = env.Sim.Stats()
+	logged := len(env.Logs.String())
 	g.Expect(env.StartManager(ctx, opts)).To(Succeed())
-	g.Eventually(func() float64 { return reconciles("ipaddressclaim") - reconciled }).
-		WithTimeout(time.Minute).Should(BeNumerically(">=", total), "every claim reconciled after the restart")
+	// Settled: each pool checked once more (a readiness check is a release of an address
+	// nobody holds, answered 404), every claim reconciled, and the claims' queue empty
+	// with no reconcile running, so that nothing the restart does is left for the window
+	// of the deletions below.
+	g.Eventually(func() int {
+		return env.Sim.Stats().Count(sim.RouteRelease, http.StatusNotFound) - simBefore.Count(sim.RouteRelease, http.StatusNotFound)
+	}).WithTimeout(time.Minute).Should(BeNumerically(">=", len(pools)), "the pools' readiness checks after the restart")
+	g.Eventually(func(g Gomega) {
+		g.Expect(reconciles("ipaddressclaim")-reconciled).To(BeNumerically(">=", total), "every claim reconciled after the restart")
+		g.Expect(gauge("workqueue_depth", "ipaddressclaim")).To(BeZero(), "claims queued")
+		g.Expect(gauge("controller_runtime_active_workers", "ipaddressclaim")).To(BeZero(), "claims being reconciled")
+	}).WithTimeout(time.Minute).Should(Succeed())
 	after, err = apicount.Read(ctx, env.Config)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(providerWrites(after.Since(before))).To(BeEmpty(), "writes for bound claims that did not change")
-	g.Expect(env.Sim.Stats().Total(sim.RouteRegister)-simBefore.Total(sim.RouteRegister)).To(BeZero(), "IPAM-API registrations for bound claims")
+	simAfter = env.Sim.Stats()
+	g.Expect(providerWrites(after.Since(before))).To(BeEmpty(), "writes for bound claims that did not change; the provider logged:\n%s", unusual(logged))
+	g.Expect(simAfter.Total(sim.RouteRegister)-simBefore.Total(sim.RouteRegister)).To(BeZero(), "IPAM-API registrations for bound claims")
+	g.Expect(simAfter.Total(sim.RouteRelease)-simBefore.Total(sim.RouteRelease)).To(Equal(len(pools)), "IPAM-API releases: one readiness check a pool")
 
 	// Deleting them all: one release each, never two, and per claim the IPAddress's
 	// ProtectAddress finalizer, the IPAddress and the claim's finalizer; no event.
@@ -156,6 +170,7 @@ func TestWriteBudget(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	simBefore = env.Sim.Stats()
 	readsBefore = readers()
+	logged = len(env.Logs.String())
 	start = time.Now()
 	list := &ipamv1.IPAddressClaimList{}
 	g.Expect(env.Client.List(ctx, list, client.InNamespace(ns.Name))).To(Succeed())
@@ -175,7 +190,13 @@ func TestWriteBudget(t *testing.T) {
 	all = after.Since(before)
 	writes = providerWrites(all).Only(func(k apicount.Key) bool { return k != apicount.Key{Verb: "DELETE", Resource: "ipaddressclaims"} })
 	t.Logf("%d claims deleted: writes\n%s", total, writes)
-	g.Expect(env.Sim.Stats().Total(sim.RouteRelease)-simBefore.Total(sim.RouteRelease)).To(Equal(total), "IPAM-API releases")
+	// An event or a write over budget: what the provider said while it released (a
+	// conflict, a transient error) tells which path took the extra write.
+	said := fmt.Sprintf("events:\n%s\nthe provider logged:\n%s", eventsSince(g, ns.Name, start), unusual(logged))
+	simAfter = env.Sim.Stats()
+	g.Expect(simAfter.Total(sim.RouteRelease)-simBefore.Total(sim.RouteRelease)).To(Equal(total), "IPAM-API releases: one a claim, never two "+
+		"(by status, %v before, %v after); %s", simBefore.Requests[sim.RouteRelease], simAfter.Requests[sim.RouteRelease], said)
+	g.Expect(simAfter.Total(sim.RouteRegister)-simBefore.Total(sim.RouteRegister)).To(BeZero(), "IPAM-API registrations while deleting; %s", said)
 	budget = apicount.Counts{
 		{Verb: "PATCH", Resource: "ipaddresses"}:             float64(total), // ipamutil's ProtectAddress finalizer
 		{Verb: "DELETE", Resource: "ipaddresses"}:            float64(total),
@@ -184,11 +205,8 @@ func TestWriteBudget(t *testing.T) {
 		{Verb: "PUT", Resource: "configmaps"}:                2,              // and taken off the list of protected Secrets
 		{Verb: "PATCH", Resource: "vitistackippools/status"}: 2 * 2 * (time.Since(start).Seconds() + 3),
 	}
-	// An event or a write over budget: what the provider said while it released (a
-	// conflict, a transient error) tells which path took the extra write.
-	said := eventsSince(g, ns.Name, start)
 	for k, v := range writes {
-		g.Expect(v).To(BeNumerically("<=", budget[k]), "%s: %g writes deleting %d claims, budget %g; events:\n%s", k, v, total, budget[k], said)
+		g.Expect(v).To(BeNumerically("<=", budget[k]), "%s: %g writes deleting %d claims, budget %g; %s", k, v, total, budget[k], said)
 	}
 	// One uncached read of the owning Secret per release (and the protector's as it
 	// lets the Secret go): at most one a reconcile.
@@ -322,7 +340,10 @@ func reconciles(controller string) float64 {
 	return counter("controller_runtime_reconcile_total", controller)
 }
 
-// counter sums a controller-runtime counter of a controller in this process.
+// gauge is a controller-runtime gauge of a controller in this process (counter reads both).
+func gauge(name, controller string) float64 { return counter(name, controller) }
+
+// counter sums a controller-runtime counter (or gauge) of a controller in this process.
 func counter(name, controller string) float64 {
 	families, err := ctrlmetrics.Registry.Gather()
 	if err != nil {
@@ -335,7 +356,7 @@ func counter(name, controller string) float64 {
 		}
 		for _, m := range f.GetMetric() {
 			if label(m, "controller") == controller {
-				sum += m.GetCounter().GetValue()
+				sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
 			}
 		}
 	}
@@ -445,4 +466,22 @@ func burstUnderANewSecret(t *testing.T, byPool bool) {
 	// but the log says Waiting, not "Reconciler error".
 	t.Logf("%g reconciles ended in a wait", counter("controller_runtime_reconcile_errors_total", "ipaddressclaim")-errorsBefore)
 	g.Expect(env.Logs.String()).NotTo(MatchRegexp(`"msg"="Reconciler error".*waiting for Secret `+ns.Name+"/fresh"), "a wait logged as an error")
+}
+
+// routine are the messages every claim logs as it binds, is reconciled again, or is released.
+var routine = regexp.MustCompile(`"msg"="(Registered address in the IPAM-API|Released address in the IPAM-API|IPAddress \S+ \(\S+\) has been (created|unchanged))"`)
+
+// unusual is what the provider logged about claims, and every error, since offset from,
+// routine lines left out, for a failure's message: at most 40 lines.
+func unusual(from int) string {
+	var out []string
+	for line := range strings.Lines(env.Logs.String()[from:]) {
+		if (strings.Contains(line, "IPAddressClaim") || strings.Contains(line, `"error"=`)) && !routine.MatchString(line) {
+			out = append(out, strings.TrimRight(line, "\n"))
+		}
+	}
+	if len(out) > 40 {
+		out = append(out[:40], fmt.Sprintf("(%d lines more)", len(out)-40))
+	}
+	return strings.Join(out, "\n")
 }

@@ -80,7 +80,7 @@ func (notOurs) ReleaseAddress(context.Context) (*ctrl.Result, error) {
 // FetchPool reads the claim's pool. A deleted claim whose pool is gone gets NotFound, and the
 // loop releases it without one; a live one says so in its Ready condition and waits for the
 // pool's watch. A claim this process released, and the API server no longer has, stops the
-// loop: only the cache still shows it.
+// loop: only the cache still shows it, or showed it when the loop read it.
 func (h *Handler) FetchPool(ctx context.Context) (client.Object, *ctrl.Result, error) {
 	if h.goneAfterRelease(ctx) {
 		return nil, &ctrl.Result{}, nil
@@ -131,12 +131,17 @@ func (h *Handler) EnsureAddress(ctx context.Context, address *ipamv1.IPAddress) 
 
 // ReleaseAddress releases what the claim's record names; the loop then deletes the IPAddress
 // and removes the finalizer. A claim this process released already (the cache still shows
-// it with its finalizer, or removing that failed) sends nothing again.
+// it with its finalizer, or removing that failed) sends nothing again; nor does one the cache
+// no longer shows, which the loop read a moment before the cache showed it gone.
 func (h *Handler) ReleaseAddress(ctx context.Context) (*ctrl.Result, error) {
 	defer h.handOver(ctx)
 	if _, done := h.releasedHere.Load(h.claim.UID); done {
 		record.Remove(h.claim)
 		return nil, nil
+	}
+	if h.goneFromCache(ctx) {
+		// The claim is gone: coming back, the loop finds nothing to do.
+		return &ctrl.Result{RequeueAfter: time.Millisecond}, nil
 	}
 	res, err := h.report(ctx, h.release(ctx))
 	switch {
@@ -173,12 +178,24 @@ func (h *Handler) deleteUncachedAddress(ctx context.Context) error {
 
 // goneAfterRelease reports whether this process released the claim and the API server no
 // longer has it (read uncached): the cache still shows it deleting with its finalizer, the
-// event of its end on the way.
+// event of its end on the way. Or the event came, and the claim's entry in releasedHere went
+// with it, after the loop read the claim: the cache no longer shows it (goneFromCache).
 func (h *Handler) goneAfterRelease(ctx context.Context) bool {
 	if _, done := h.releasedHere.Load(h.claim.UID); !done || h.Reader == nil {
-		return false
+		return !h.claim.DeletionTimestamp.IsZero() && h.goneFromCache(ctx)
 	}
 	return apierrors.IsNotFound(h.Reader.Get(ctx, client.ObjectKeyFromObject(h.claim), &ipamv1.IPAddressClaim{}))
+}
+
+// goneFromCache reports whether the cache no longer shows the claim the loop read from it
+// (or shows another of its name): the API server deleted it, its finalizers gone, so nothing
+// is left to release. Called after releasedHere was looked at: the cache drops a claim before
+// its delete event takes the claim out of releasedHere, so a claim this process released is
+// found in one or the other, and a release is sent only for a claim it did not release.
+func (h *Handler) goneFromCache(ctx context.Context) bool {
+	cur := &ipamv1.IPAddressClaim{}
+	err := h.Client.Get(ctx, client.ObjectKeyFromObject(h.claim), cur)
+	return apierrors.IsNotFound(err) || err == nil && cur.UID != h.claim.UID
 }
 
 // namespaceEnding reports whether the namespace is being deleted, as the cache shows it (one

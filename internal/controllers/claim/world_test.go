@@ -64,6 +64,14 @@ type world struct {
 	// (nil: not found) instead of what the API server has: a cache that has not caught
 	// up.
 	stale map[string]client.Object
+	// lagging answers the next reads of each key with the object it holds (nil: not
+	// found), then no more: a cache whose event of a change is on its way.
+	lagging map[string]*lag
+}
+
+type lag struct {
+	obj   client.Object
+	reads int
 }
 
 // staleKey is the key of stale: the object's type and its namespaced name.
@@ -102,7 +110,12 @@ func newWorld(t *testing.T) *world {
 	w.direct = b.Build()
 	w.c = interceptor.NewClient(w.direct.(client.WithWatch), interceptor.Funcs{
 		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-			if s, ok := w.stale[staleKey(obj, key)]; ok {
+			s, ok := w.stale[staleKey(obj, key)]
+			if l := w.lagging[staleKey(obj, key)]; l != nil && l.reads > 0 {
+				l.reads--
+				s, ok = l.obj, true
+			}
+			if ok {
 				if s == nil {
 					return apierrors.NewNotFound(schema.GroupResource{Resource: fmt.Sprintf("%T", obj)}, key.Name)
 				}
