@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/pem"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -37,8 +38,32 @@ const (
 func helm(t *testing.T, args ...string) string {
 	t.Helper()
 	out, err := cp.Helm(args...)
-	newG(t).Expect(err).NotTo(HaveOccurred(), "helm %s:\n%s", strings.Join(args, " "), out)
+	if err != nil {
+		// helm --wait says only that the Deployment is not ready; its Pods say why.
+		pods := &corev1.PodList{}
+		_ = cp.Client.List(context.Background(), pods, client.InNamespace(ns), client.MatchingLabels{"control-plane": "controller-manager"})
+		t.Fatalf("helm %s: %v\n%s\nthe manager's Pods:\n%s", strings.Join(args, " "), err, out, strings.Join(exits(pods.Items), "\n"))
+	}
 	return out
+}
+
+// exits is what each of the Pods' containers said as it last exited (its termination
+// message: the last lines of its log), and why one waits (CrashLoopBackOff, ImagePullBackOff).
+func exits(pods []corev1.Pod) []string {
+	var said []string
+	for _, p := range pods {
+		for _, c := range p.Status.ContainerStatuses {
+			if w := c.State.Waiting; w != nil {
+				said = append(said, fmt.Sprintf("%s: waiting: %s %s", p.Name, w.Reason, w.Message))
+			}
+			for _, st := range []corev1.ContainerState{c.State, c.LastTerminationState} {
+				if st.Terminated != nil {
+					said = append(said, fmt.Sprintf("%s: exited %d: %s", p.Name, st.Terminated.ExitCode, st.Terminated.Message))
+				}
+			}
+		}
+	}
+	return said
 }
 
 // shortQuarantine is a chart value for tests where a new leader releases a claim it did

@@ -37,17 +37,7 @@ func TestHelmUpgradeAndRollbackRollThePods(t *testing.T) {
 
 	helm(t, "upgrade", release, chart, "--namespace", ns, "--reuse-values", "--set", "extraArgs={--ipam-api-quarantine=1s}")
 	g.Eventually(func(g Gomega) {
-		var said []string
-		for _, p := range managerPods(t) {
-			for _, c := range p.Status.ContainerStatuses {
-				for _, st := range []corev1.ContainerState{c.State, c.LastTerminationState} {
-					if st.Terminated != nil {
-						said = append(said, p.Name+": "+st.Terminated.Message)
-					}
-				}
-			}
-		}
-		g.Expect(said).To(ContainElement(ContainSubstring("--ipam-api-quarantine (1s) must be longer than --ipam-api-timeout (10s)")))
+		g.Expect(exits(managerPods(t))).To(ContainElement(ContainSubstring("--ipam-api-quarantine (1s) must be longer than --ipam-api-timeout (10s)")))
 	}).Should(Succeed(), "the new Pod's status says why it exits")
 	pods := managerPods(t)
 	g.Expect(podNames(pods)).To(ContainElement(serving))
