@@ -31,9 +31,6 @@ import (
 func runNode(ctx context.Context, _ func(), o options) error {
 	namespaces, inside := localcluster.InNodeNamespace()
 	if !inside {
-		if os.Getuid() != 0 {
-			return errors.New("--node needs root (network namespaces, mounts, cgroups): run 'sudo make quickstart-node'")
-		}
 		code, err := localcluster.RunInNodeNamespace("vitistack-quickstart")
 		if err != nil {
 			return err

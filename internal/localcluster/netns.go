@@ -58,6 +58,9 @@ func namespacesOf(node string) NodeNamespaces {
 // (iproute2) and nsenter (util-linux). Only the network namespace changes (StartNode
 // gives the node a mount namespace of its own).
 func RunInNodeNamespace(prefix string) (int, error) {
+	if os.Getuid() != 0 {
+		return 1, errors.New("a node needs root (network namespaces, mounts, cgroups): run it with sudo")
+	}
 	ns := namespacesOf(fmt.Sprintf("%s-%d", prefix, os.Getpid()))
 	defer func() {
 		_ = exec.Command("ip", "netns", "delete", ns.Client).Run()

@@ -188,6 +188,7 @@ func providerRuns(t *testing.T, version string) {
 		d := &appsv1.Deployment{}
 		g.Expect(cp.Client.Get(context.Background(), client.ObjectKey{Namespace: pns, Name: localcluster.DeploymentName}, d)).To(Succeed())
 		g.Expect(d.Spec.Template.Spec.Containers[0].Image).To(HaveSuffix(":" + version))
+		g.Expect(d.Status.Replicas).To(BeEquivalentTo(1), "one Pod of %s", version)
 		g.Expect(localcluster.RolledOut(d)).To(Succeed(), "the Pod of %s, Ready through its probes", version)
 	}).Should(Succeed())
 }

@@ -80,7 +80,7 @@ func (notOurs) ReleaseAddress(context.Context) (*ctrl.Result, error) {
 // FetchPool reads the claim's pool. A deleted claim whose pool is gone gets NotFound, and the
 // loop releases it without one; a live one says so in its Ready condition and waits for the
 // pool's watch. A claim this process released, and the API server no longer has, stops the
-// loop: only the cache still shows it, or showed it when the loop read it.
+// loop: only the cache still shows it.
 func (h *Handler) FetchPool(ctx context.Context) (client.Object, *ctrl.Result, error) {
 	if h.goneAfterRelease(ctx) {
 		return nil, &ctrl.Result{}, nil
@@ -178,20 +178,20 @@ func (h *Handler) deleteUncachedAddress(ctx context.Context) error {
 
 // goneAfterRelease reports whether this process released the claim and the API server no
 // longer has it (read uncached): the cache still shows it deleting with its finalizer, the
-// event of its end on the way. Or the event came, and the claim's entry in releasedHere went
-// with it, after the loop read the claim: the cache no longer shows it (goneFromCache).
+// event of its end on the way.
 func (h *Handler) goneAfterRelease(ctx context.Context) bool {
 	if _, done := h.releasedHere.Load(h.claim.UID); !done || h.Reader == nil {
-		return !h.claim.DeletionTimestamp.IsZero() && h.goneFromCache(ctx)
+		return false
 	}
 	return apierrors.IsNotFound(h.Reader.Get(ctx, client.ObjectKeyFromObject(h.claim), &ipamv1.IPAddressClaim{}))
 }
 
 // goneFromCache reports whether the cache no longer shows the claim the loop read from it
 // (or shows another of its name): the API server deleted it, its finalizers gone, so nothing
-// is left to release. Called after releasedHere was looked at: the cache drops a claim before
-// its delete event takes the claim out of releasedHere, so a claim this process released is
-// found in one or the other, and a release is sent only for a claim it did not release.
+// is left to release. The claim's delete event, which takes it out of releasedHere, may come
+// after the loop read it. Called after releasedHere was looked at, just before a release: the
+// cache drops a claim before that event, so a claim this process released is found in one or
+// the other, and a release is sent only for a claim it did not release.
 func (h *Handler) goneFromCache(ctx context.Context) bool {
 	cur := &ipamv1.IPAddressClaim{}
 	err := h.Client.Get(ctx, client.ObjectKeyFromObject(h.claim), cur)

@@ -64,14 +64,9 @@ type world struct {
 	// (nil: not found) instead of what the API server has: a cache that has not caught
 	// up.
 	stale map[string]client.Object
-	// lagging answers the next reads of each key with the object it holds (nil: not
-	// found), then no more: a cache whose event of a change is on its way.
-	lagging map[string]*lag
-}
-
-type lag struct {
-	obj   client.Object
-	reads int
+	// lagging answers the next read of each key with the object it holds, then no more:
+	// a cache whose event of a change comes right after that read.
+	lagging map[string]client.Object
 }
 
 // staleKey is the key of stale: the object's type and its namespaced name.
@@ -111,9 +106,9 @@ func newWorld(t *testing.T) *world {
 	w.c = interceptor.NewClient(w.direct.(client.WithWatch), interceptor.Funcs{
 		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 			s, ok := w.stale[staleKey(obj, key)]
-			if l := w.lagging[staleKey(obj, key)]; l != nil && l.reads > 0 {
-				l.reads--
-				s, ok = l.obj, true
+			if l, lags := w.lagging[staleKey(obj, key)]; lags {
+				delete(w.lagging, staleKey(obj, key))
+				s, ok = l, true
 			}
 			if ok {
 				if s == nil {
